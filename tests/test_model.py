@@ -1,0 +1,95 @@
+"""Model resolution against a real HF cache layout on a volume folder."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from conftest import MODEL_ID, base_env, run_warmstart
+from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
+
+
+def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
+    hub = volume / "huggingface-cache" / "hub"
+    model = resolve(MODEL_ID, None, hub, allow_download=False)
+    assert model.source == "hf-cache"
+    assert model.revision == tiny_model.commit
+    assert model.path == tiny_model.snapshot
+    assert model.files == 6
+    # A branch name and the commit itself resolve to the same snapshot.
+    assert resolve(MODEL_ID, "main", hub, allow_download=False).path == model.path
+    assert resolve(MODEL_ID, tiny_model.commit, hub, allow_download=False).path == model.path
+
+
+def test_same_seed_same_commit_other_seed_other_commit(tmp_path, tiny_model):
+    from warmstart.testmodel import write_test_model
+
+    again = write_test_model(tmp_path / "other" / "hub", MODEL_ID)
+    assert again.commit == tiny_model.commit
+    assert write_test_model(tmp_path / "third" / "hub", MODEL_ID, seed=1).commit != tiny_model.commit
+
+
+def test_incomplete_snapshot_is_detected(volume, tiny_model):
+    blob = (tiny_model.snapshot / "model.safetensors").resolve()
+    blob.unlink()
+    check = check_snapshot(tiny_model.snapshot)
+    assert not check.complete
+    assert any("model.safetensors" in m for m in check.missing)
+    with pytest.raises(ModelError, match="incomplete"):
+        resolve(MODEL_ID, None, volume / "huggingface-cache" / "hub", allow_download=False)
+
+
+def test_missing_index_shard_is_detected(tiny_model):
+    (tiny_model.snapshot / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model.safetensors"}}'
+    )
+    assert check_snapshot(tiny_model.snapshot).missing == ("model-00001-of-00002.safetensors",)
+
+
+def test_unknown_revision_without_download(volume, tiny_model):
+    with pytest.raises(ModelError, match="'v2' is not in the cache"):
+        resolve(MODEL_ID, "v2", volume / "huggingface-cache" / "hub", allow_download=False)
+
+
+def test_local_directory(tmp_path, tiny_model):
+    local = tmp_path / "local-model"
+    local.mkdir()
+    for link in tiny_model.snapshot.iterdir():
+        (local / link.name).write_bytes(link.read_bytes())
+    model = resolve(str(local), None, tmp_path / "unused", allow_download=False)
+    assert model.source == "local-dir"
+    assert model.revision.startswith("local-")
+    assert model.revision == resolve(str(local), None, tmp_path, allow_download=False).revision
+    (local / "config.json").write_text("{}")
+    assert resolve(str(local), None, tmp_path, allow_download=False).revision != model.revision
+    with pytest.raises(ModelError, match="not usable"):
+        resolve(str(tmp_path / "nothing-here"), None, tmp_path, allow_download=False)
+
+
+def test_unreachable_hub_fails_fast_with_a_clear_message(tmp_path, volume, fake_vllm_python):
+    """Not in the cache and the Hub unreachable: one clear error in seconds, not a 110 s stall."""
+    env = base_env(
+        volume,
+        fake_vllm_python,
+        tmp_path,
+        MODEL_NAME="someorg/not-cached",
+        HF_ENDPOINT="http://127.0.0.1:9",
+        HF_HUB_ETAG_TIMEOUT="2",
+        HF_HUB_DOWNLOAD_TIMEOUT="2",
+    )
+    start = time.monotonic()
+    result = run_warmstart(["boot", "--json"], env, timeout=120)
+    assert time.monotonic() - start < 60
+    assert result.returncode == 2
+    assert "someorg/not-cached: download failed" in result.stderr
+    assert result.stdout == ""
+
+
+def test_offline_and_incomplete_is_an_error_not_a_download(tmp_path, volume, tiny_model, fake_vllm_python):
+    os.unlink(repo_dir(volume / "huggingface-cache" / "hub", MODEL_ID) / "refs" / "main")
+    env = base_env(volume, fake_vllm_python, tmp_path, HF_HUB_OFFLINE="1")
+    result = run_warmstart(["boot"], env, timeout=60)
+    assert result.returncode == 2
+    assert "downloading is disabled (HF_HUB_OFFLINE)" in result.stderr

