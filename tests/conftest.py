@@ -89,3 +89,25 @@ def base_env(volume: Path, python: str, home: Path, **extra: str) -> dict[str, s
 
 def run_warmstart(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run([WARMSTART, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _proc_stat(pid: str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Is the process running? A zombie only waits for its reaper and holds nothing."""
+    fields = _proc_stat(str(pid))
+    return fields is not None and fields[0] != "Z"
+
+
+def group_alive(pgid: int) -> bool:
+    """Any live process left in the process group?"""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _proc_stat(entry.name)) is not None:
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False

@@ -7,22 +7,10 @@ cannot be made to fail on cue; what works is proven with real vLLM in test_boot_
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
-from conftest import base_env, run_warmstart
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+from conftest import alive, base_env, run_warmstart
 
 
 def pids(pidfile: Path) -> list[int]:

@@ -13,14 +13,14 @@ from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
 
 def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
     hub = volume / "huggingface-cache" / "hub"
-    model = resolve(MODEL_ID, None, hub, allow_download=False)
+    model = resolve(MODEL_ID, None, hub, no_download_reason="test")
     assert model.source == "hf-cache"
     assert model.revision == tiny_model.commit
     assert model.path == tiny_model.snapshot
     assert model.files == 6
     # A branch name and the commit itself resolve to the same snapshot.
-    assert resolve(MODEL_ID, "main", hub, allow_download=False).path == model.path
-    assert resolve(MODEL_ID, tiny_model.commit, hub, allow_download=False).path == model.path
+    assert resolve(MODEL_ID, "main", hub, no_download_reason="test").path == model.path
+    assert resolve(MODEL_ID, tiny_model.commit, hub, no_download_reason="test").path == model.path
 
 
 def test_same_seed_same_commit_other_seed_other_commit(tmp_path, tiny_model):
@@ -37,8 +37,8 @@ def test_incomplete_snapshot_is_detected(volume, tiny_model):
     check = check_snapshot(tiny_model.snapshot)
     assert not check.complete
     assert any("model.safetensors" in m for m in check.missing)
-    with pytest.raises(ModelError, match="incomplete"):
-        resolve(MODEL_ID, None, volume / "huggingface-cache" / "hub", allow_download=False)
+    with pytest.raises(ModelError, match=r"incomplete.*downloading is disabled \(test\)"):
+        resolve(MODEL_ID, None, volume / "huggingface-cache" / "hub", no_download_reason="test")
 
 
 def test_missing_index_shard_is_detected(tiny_model):
@@ -50,7 +50,7 @@ def test_missing_index_shard_is_detected(tiny_model):
 
 def test_unknown_revision_without_download(volume, tiny_model):
     with pytest.raises(ModelError, match="'v2' is not in the cache"):
-        resolve(MODEL_ID, "v2", volume / "huggingface-cache" / "hub", allow_download=False)
+        resolve(MODEL_ID, "v2", volume / "huggingface-cache" / "hub", no_download_reason="test")
 
 
 def test_local_directory(tmp_path, tiny_model):
@@ -58,14 +58,14 @@ def test_local_directory(tmp_path, tiny_model):
     local.mkdir()
     for link in tiny_model.snapshot.iterdir():
         (local / link.name).write_bytes(link.read_bytes())
-    model = resolve(str(local), None, tmp_path / "unused", allow_download=False)
+    model = resolve(str(local), None, tmp_path / "unused", no_download_reason="test")
     assert model.source == "local-dir"
     assert model.revision.startswith("local-")
-    assert model.revision == resolve(str(local), None, tmp_path, allow_download=False).revision
+    assert model.revision == resolve(str(local), None, tmp_path, no_download_reason="test").revision
     (local / "config.json").write_text("{}")
-    assert resolve(str(local), None, tmp_path, allow_download=False).revision != model.revision
+    assert resolve(str(local), None, tmp_path, no_download_reason="test").revision != model.revision
     with pytest.raises(ModelError, match="not usable"):
-        resolve(str(tmp_path / "nothing-here"), None, tmp_path, allow_download=False)
+        resolve(str(tmp_path / "nothing-here"), None, tmp_path, no_download_reason="test")
 
 
 def test_unreachable_hub_fails_fast_with_a_clear_message(tmp_path, volume, fake_vllm_python):

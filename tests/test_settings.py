@@ -92,8 +92,11 @@ def test_engine_flags_from_worker_vllm_names():
     assert s.served_model_name == "my-model"
 
 
-def test_false_store_true_flag_is_omitted():
-    assert engine_flag_args(settings(ENFORCE_EAGER="0")) == []
+def test_booleans_follow_vllm_flag_kinds():
+    # --disable-log-stats is store-true: false emits nothing; paired flags emit --no-...
+    assert engine_flag_args(settings(DISABLE_LOG_STATS="0")) == []
+    assert engine_flag_args(settings(DISABLE_LOG_STATS="yes")) == ["--disable-log-stats"]
+    assert engine_flag_args(settings(ENFORCE_EAGER="0")) == ["--no-enforce-eager"]
 
 
 def test_engine_command_binds_loopback_and_appends_extra_args_last():

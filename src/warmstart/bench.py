@@ -77,7 +77,7 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
 
     settings = from_env(env_base)
     engine = probe_engine(find_vllm_python(settings.vllm_python))
-    model = resolve(BENCH_MODEL, None, layout.hub_cache, allow_download=False)
+    model = resolve(BENCH_MODEL, None, layout.hub_cache, no_download_reason="benchmark")
     hardware = detect_hardware(os.environ.get("CUDA_VISIBLE_DEVICES"))
     port = free_port()
     bare_dirs = CacheDirs(workdir / "bare-cache")

@@ -99,7 +99,7 @@ def derive_engine_env(hardware: Hardware, settings: Settings) -> dict[str, str]:
     return derived
 
 
-def plan_boot(settings: Settings, *, allow_download: bool = True) -> BootPlan:
+def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> BootPlan:
     t0 = time.monotonic()
     warnings = list(settings.warnings)
     layout = choose_layout(settings.volume, settings.local_cache_dir)
@@ -111,12 +111,15 @@ def plan_boot(settings: Settings, *, allow_download: bool = True) -> BootPlan:
             layout.root,
         )
 
+    if no_download_reason is None and settings.hub_offline:
+        no_download_reason = "HF_HUB_OFFLINE"
     model = resolve(
         settings.model_name,
         settings.model_revision,
         layout.hub_cache,
         token=settings.hf_token,
-        allow_download=allow_download and not settings.hub_offline,
+        no_download_reason=no_download_reason,
+        read_only_caches=(settings.baked_hf_cache,) if settings.baked_hf_cache else (),
     )
     stage(
         "model",
@@ -198,8 +201,8 @@ class Boot:
         self.engine = EngineProcess(
             self.argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text
         )
-        stage("engine", "starting vLLM %s on %s:%d", plan.engine.vllm, "127.0.0.1", port)
         self.engine.start()
+        stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d)", plan.engine.vllm, port, self.engine.pid)
 
     def wait_ready(self) -> float:
         assert self.engine is not None

@@ -3,6 +3,7 @@
     warmstart key [--json]            the cache key, its factors and the env mapping (starts nothing)
     warmstart boot [--json]           boot vLLM, wait until it serves, stop it, print the BootReport
     warmstart serve                   boot, then serve Runpod jobs (the container entrypoint)
+    warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
     warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
     warmstart bench boot|volume       benchmarks, printed as JSON
@@ -45,7 +46,7 @@ def cmd_key(args: argparse.Namespace) -> int:
     from .boot import plan_boot
 
     settings = _settings(args)
-    plan = plan_boot(settings, allow_download=False)
+    plan = plan_boot(settings, no_download_reason="`warmstart key` downloads nothing; run `warmstart fetch`")
     described = plan.describe(Redactor.from_env(os.environ))
     if args.json:
         print(json.dumps(described, indent=2))
@@ -91,6 +92,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Put MODEL_NAME's snapshot into an HF cache (the volume's, or --hub-cache: a model baked into an image)."""
+    from .boot import model_summary
+    from .layout import choose_layout
+    from .model import resolve
+
+    settings = _settings(args)
+    hub_cache = (
+        Path(args.hub_cache) if args.hub_cache else choose_layout(settings.volume, settings.local_cache_dir).hub_cache
+    )
+    hub_cache.mkdir(parents=True, exist_ok=True)
+    offline = "HF_HUB_OFFLINE" if settings.hub_offline else None
+    model = resolve(
+        settings.model_name, settings.model_revision, hub_cache, token=settings.hf_token, no_download_reason=offline
+    )
+    print(json.dumps(model_summary(model)))
+    return 0
+
+
 def cmd_testmodel(args: argparse.Namespace) -> int:
     from .layout import VolumeLayout
     from .testmodel import write_test_model
@@ -126,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_volume(sub.add_parser("serve", help="boot and serve Runpod jobs (container entrypoint)"))
     p.set_defaults(func=lambda a: __import__("warmstart.serve", fromlist=["main"]).main(a))
+
+    p = with_volume(sub.add_parser("fetch", help="download MODEL_NAME into the volume's HF cache (or --hub-cache)"))
+    p.add_argument("--hub-cache", metavar="DIR", help="an HF hub cache directory to fill instead of the volume's")
+    p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("report", help="boot report from a vLLM log file")
     p.add_argument("logfile")

@@ -137,9 +137,15 @@ def resolve(
     hub_cache: Path,
     *,
     token: str | None = None,
-    allow_download: bool = True,
+    no_download_reason: str | None = None,
+    read_only_caches: tuple[Path, ...] = (),
 ) -> ResolvedModel:
-    """Pin `name` to a complete snapshot, downloading only if the cache cannot serve it."""
+    """Pin `name` to a complete snapshot, downloading only if no cache can serve it.
+
+    `hub_cache` (the volume's) is looked at first and is where downloads go;
+    `read_only_caches` (a model baked into the image) are looked at next. With
+    `no_download_reason` set, a missing snapshot is an error that gives that reason.
+    """
     start = time.monotonic()
     if name.startswith("/"):
         path = Path(name)
@@ -159,9 +165,13 @@ def resolve(
             seconds=time.monotonic() - start,
         )
 
-    commit = resolve_commit(hub_cache, name, revision)
-    if commit is not None:
-        check = check_snapshot(repo_dir(hub_cache, name) / "snapshots" / commit)
+    reason = ""
+    for cache in (hub_cache, *read_only_caches):
+        commit = resolve_commit(cache, name, revision)
+        if commit is None:
+            reason = reason or f"revision {revision or 'main'!r} is not in the cache at {hub_cache}"
+            continue
+        check = check_snapshot(repo_dir(cache, name) / "snapshots" / commit)
         if check.complete:
             return ResolvedModel(
                 name,
@@ -173,12 +183,10 @@ def resolve(
                 check.bytes,
                 seconds=time.monotonic() - start,
             )
-        reason = f"snapshot {commit[:12]} is incomplete (missing {', '.join(check.missing[:5])})"
-    else:
-        reason = f"revision {revision or 'main'!r} is not in the cache at {hub_cache}"
+        reason = reason or f"snapshot {commit[:12]} is incomplete (missing {', '.join(check.missing[:5])})"
 
-    if not allow_download:
-        raise ModelError(f"{name}: {reason}, and downloading is disabled (HF_HUB_OFFLINE)")
+    if no_download_reason is not None:
+        raise ModelError(f"{name}: {reason}, and downloading is disabled ({no_download_reason})")
     log.info("warmstart | model    | %s: %s; downloading from the Hub", name, reason)
     path = download(name, revision, hub_cache, token=token)
     check = check_snapshot(path)

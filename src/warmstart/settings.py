@@ -67,12 +67,12 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "int", True),
     EngineFlag("PIPELINE_PARALLEL_SIZE", "--pipeline-parallel-size", "int", True),
     EngineFlag("DATA_PARALLEL_SIZE", "--data-parallel-size", "int", True),
-    EngineFlag("ENFORCE_EAGER", "--enforce-eager", "bool", True),
+    EngineFlag("ENFORCE_EAGER", "--enforce-eager", "pair_bool", True),
     EngineFlag("COMPILATION_CONFIG", "--compilation-config", "json", True),
     EngineFlag("BLOCK_SIZE", "--block-size", "int", True),
     EngineFlag("ENABLE_CHUNKED_PREFILL", "--enable-chunked-prefill", "pair_bool", True),
     EngineFlag("ATTENTION_BACKEND", "--attention-backend", "str", True),
-    EngineFlag("ENABLE_LORA", "--enable-lora", "bool", True),
+    EngineFlag("ENABLE_LORA", "--enable-lora", "pair_bool", True),
     EngineFlag("MAX_LORAS", "--max-loras", "int", True),
     EngineFlag("MAX_LORA_RANK", "--max-lora-rank", "int", True),
     EngineFlag("SPECULATIVE_CONFIG", "--speculative-config", "json", True),
@@ -97,7 +97,7 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("LIMIT_MM_PER_PROMPT", "--limit-mm-per-prompt", "json", False),
     EngineFlag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False),
     EngineFlag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False),
-    EngineFlag("DISABLE_LOG_STATS", "--disable-log-stats", "pair_bool", False),
+    EngineFlag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False),
     EngineFlag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "pair_bool", False),
     EngineFlag("RESPONSE_ROLE", "--response-role", "str", False),
 )
@@ -154,6 +154,36 @@ REMOVED_VARS = (
 )
 
 
+# Variables the wrapper itself reads (besides the ENGINE_FLAGS and the VLLM_* passthrough).
+# The README's configuration table and .runpod/hub.json are tested against this list.
+WRAPPER_VARIABLES = (
+    "MODEL_NAME",
+    "MODEL_REVISION",
+    "OPENAI_SERVED_MODEL_NAME_OVERRIDE",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_HUB_OFFLINE",
+    "RUNPOD_VOLUME_PATH",
+    "BASE_PATH",
+    "VLLM_EXTRA_ARGS",
+    "VLLM_PORT",
+    "VLLM_STARTUP_TIMEOUT",
+    "REQUEST_TIMEOUT",
+    "MAX_CONCURRENCY",
+    "RUNPOD_INIT_TIMEOUT",
+    "WARMSTART_CACHE_MODE",
+    "WARMSTART_LOCAL_CACHE",
+    "WARMSTART_VLLM_PYTHON",
+    "WARMSTART_EXIT_GRACE_S",
+    "WARMSTART_BAKED_HF_CACHE",
+)
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable name the settings read."""
+    return frozenset(WRAPPER_VARIABLES) | {f.env for f in ENGINE_FLAGS}
+
+
 class SettingsError(ValueError):
     """Bad configuration. `problems` holds one line per offending variable."""
 
@@ -178,8 +208,10 @@ class Settings:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    exit_grace_s: float = 3.0  # after vLLM dies: seconds to answer jobs with the error before exiting
     cache_mode: str = "direct"
     local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
+    baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
     runpod_init_timeout_s: float | None = None
     hub_offline: bool = False  # HF_HUB_OFFLINE: never download, even if the snapshot is incomplete
     vllm_env: tuple[tuple[str, str], ...] = ()  # VLLM_* variables the user set (reach vLLM as is)
@@ -307,6 +339,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     startup_timeout = number("VLLM_STARTUP_TIMEOUT", DEFAULT_STARTUP_TIMEOUT_S, minimum=1)
     request_timeout = number("REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, minimum=1)
     max_concurrency = int(number("MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY, integer=True, minimum=1))
+    exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
     init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
     init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
 
@@ -322,6 +355,9 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     local_raw = _get(env, "WARMSTART_LOCAL_CACHE")
     home = _get(env, "HOME") or str(Path.home())
     local_cache = Path(local_raw) if local_raw else Path(home) / ".cache" / "warmstart"
+
+    baked_raw = _get(env, "WARMSTART_BAKED_HF_CACHE")
+    baked = Path(baked_raw) if baked_raw else None
 
     vllm_python = _get(env, "WARMSTART_VLLM_PYTHON")
     if vllm_python is not None and not os.path.isabs(vllm_python):
@@ -352,8 +388,10 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         startup_timeout_s=startup_timeout,
         request_timeout_s=request_timeout,
         max_concurrency=max_concurrency,
+        exit_grace_s=exit_grace,
         cache_mode=cache_mode,
         local_cache_dir=local_cache,
+        baked_hf_cache=baked,
         runpod_init_timeout_s=init_timeout,
         hub_offline=hub_offline,
         vllm_env=vllm_env,

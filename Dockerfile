@@ -1,0 +1,39 @@
+# warmstart: vLLM on Runpod Serverless with its compile and kernel caches on the network volume.
+#
+#   docker build -t you/warmstart .
+#   docker build -t you/warmstart-qwen --build-arg MODEL_NAME=Qwen/Qwen3-8B --secret id=HF_TOKEN .
+#
+# The vLLM version is pinned by the base image tag; warmstart reads it from vLLM's metadata.
+ARG VLLM_IMAGE_TAG=v0.33.0
+FROM vllm/vllm-openai:${VLLM_IMAGE_TAG}
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# warmstart gets an environment of its own: runpod's fastapi pin conflicts with vLLM's, and
+# the wrapper never imports vLLM. It starts vLLM with the interpreter behind `vllm` on PATH.
+COPY pyproject.toml README.md /opt/warmstart-src/
+COPY src /opt/warmstart-src/src
+RUN python3 -m venv /opt/warmstart \
+    && /opt/warmstart/bin/pip install --no-cache-dir /opt/warmstart-src \
+    && ln -s /opt/warmstart/bin/warmstart /usr/local/bin/warmstart \
+    && warmstart --help > /dev/null
+
+ENV RUNPOD_VOLUME_PATH=/runpod-volume \
+    WARMSTART_LOCAL_CACHE=/tmp/warmstart \
+    PYTHONUNBUFFERED=1
+
+# Optional: bake a model into the image (worker-vllm's build args). It is read from here
+# when the volume's HF cache lacks it; the HF token is a build secret and stays out of layers.
+ARG MODEL_NAME=""
+ARG MODEL_REVISION=""
+ENV WARMSTART_BAKED_HF_CACHE=/opt/warmstart-models/hub
+RUN --mount=type=secret,id=HF_TOKEN,required=false \
+    if [ -n "${MODEL_NAME}" ]; then \
+        HF_TOKEN="$(cat /run/secrets/HF_TOKEN 2>/dev/null || true)" \
+        MODEL_NAME="${MODEL_NAME}" MODEL_REVISION="${MODEL_REVISION}" \
+        warmstart fetch --hub-cache "${WARMSTART_BAKED_HF_CACHE}"; \
+    fi
+ENV MODEL_NAME=${MODEL_NAME} \
+    MODEL_REVISION=${MODEL_REVISION}
+
+ENTRYPOINT ["warmstart", "serve"]

