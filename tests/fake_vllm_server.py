@@ -9,6 +9,8 @@ behaves as FAKE_VLLM_MODE says:
     die_after=N    serve, then exit 1 after N seconds (an engine death while serving)
     odd            serve, after log lines that look almost like vLLM's markers
 
+FAKE_VLLM_ARTIFACTS=COUNT:BYTES:TAG adds COUNT compiled files of BYTES each (staged tests).
+
 It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
 FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
 Never used as proof that warmstart works: only real vLLM is.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -84,6 +87,12 @@ def main() -> None:
     host = args[args.index("--host") + 1]
     say("fake vLLM starting with args " + " ".join(args))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+
+    def on_term(*_: object) -> None:  # like vLLM: take the engine core down too
+        child.kill()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     if pidfile := os.environ.get("FAKE_VLLM_PIDFILE"):
         with open(pidfile, "w") as handle:
             handle.write(f"{os.getpid()} {child.pid}\n")
@@ -111,6 +120,13 @@ def main() -> None:
         if not os.path.exists(artifact):
             with open(artifact, "wb") as handle:
                 handle.write(b"\0" * 4096)
+        # FAKE_VLLM_ARTIFACTS=COUNT:BYTES:TAG "compiles" COUNT more files of BYTES each.
+        if spec := os.environ.get("FAKE_VLLM_ARTIFACTS"):
+            count, size, tag = spec.split(":")
+            os.makedirs(os.path.join(cache, "fake", tag), exist_ok=True)
+            for i in range(int(count)):
+                with open(os.path.join(cache, "fake", tag, f"kernel-{i}.so"), "wb") as handle:
+                    handle.write(os.urandom(int(size)))
     say("init engine (profile, create kv cache, warmup model) took 0.10 s")
     server = ThreadingHTTPServer((host, port), Handler)
     if mode.startswith("die_after="):

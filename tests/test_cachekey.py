@@ -118,7 +118,12 @@ def test_gpu_and_cpu_identity_parsing():
 
 def test_key_command_prints_key_and_mapping_without_secrets(tmp_path, volume, tiny_model, fake_vllm_python):
     env = base_env(
-        volume, fake_vllm_python, tmp_path, HF_TOKEN="hf_supersecretvalue42", VLLM_API_KEY="sk-anothersecret77"
+        volume,
+        fake_vllm_python,
+        tmp_path,
+        HF_TOKEN="hf_supersecretvalue42",
+        VLLM_API_KEY="sk-anothersecret77",
+        WARMSTART_CACHE_MODE="direct",
     )
     result = run_warmstart(["key", "--json"], env)
     assert result.returncode == 0, result.stderr
@@ -141,6 +146,16 @@ def test_key_command_prints_key_and_mapping_without_secrets(tmp_path, volume, ti
     assert "hf_supersecretvalue42" not in result.stdout + result.stderr
     assert "sk-anothersecret77" not in result.stdout + result.stderr
     assert not key_dir.exists(), "`warmstart key` must not create anything"
+
+
+def test_staged_mapping_points_at_local_disk(tmp_path, volume, tiny_model, fake_vllm_python):
+    local = tmp_path / "local"
+    env = base_env(volume, fake_vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=str(local))
+    data = json.loads(run_warmstart(["key", "--json"], env).stdout)
+    assert data["cache_mode"] == "staged"
+    assert data["staged_store"] == str(volume / "warmstart" / "keys" / data["key"] / "staged")
+    assert data["env"]["VLLM_CACHE_ROOT"] == str(local / "warmstart" / "keys" / data["key"] / "cache" / "vllm")
+    assert data["env"]["HF_HOME"] == str(volume / "huggingface-cache")
 
 
 def test_key_command_is_stable_and_ignores_served_name(tmp_path, volume, tiny_model, fake_vllm_python):

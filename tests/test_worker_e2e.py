@@ -197,5 +197,8 @@ def test_sigterm_leaves_no_vllm_behind(worker, volume, vllm_python, tmp_path):
         third.proc.wait(60)
         assert not group_alive(pgid), third.log[-3000:]
         assert "stopping vLLM" in third.log
+        # Staged (the default): what compiled while serving is offered to the volume at shutdown.
+        after_stop = third.log.split("stopping vLLM", 1)[1]
+        assert "warmstart | publish" in after_stop
     finally:
         third.stop()

@@ -34,6 +34,7 @@ from .layout import CacheDirs, VolumeLayout, choose_layout, engine_env
 from .model import ResolvedModel, resolve
 from .redact import Redactor
 from .settings import Settings
+from .staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
 from .store import BootHistory, KeyStore, now_iso
 
 log = logging.getLogger("warmstart")
@@ -61,6 +62,11 @@ class BootPlan:
     engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
     warnings: tuple[str, ...]
     resolve_s: float
+    staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
+
+    @property
+    def mode(self) -> str:
+        return "staged" if self.staged is not None else "direct"
 
     def describe(self, redactor: Redactor) -> dict[str, Any]:
         """`warmstart key --json`: the key, its factors and the environment mapping."""
@@ -72,7 +78,8 @@ class BootPlan:
             "factors": self.key.factors,
             "model": model_summary(self.model),
             "env": redactor.mapping(dict(self.engine_env)),
-            "cache_mode": self.settings.cache_mode,
+            "cache_mode": self.mode,
+            "staged_store": str(self.staged.root) if self.staged else None,
             "warnings": list(self.warnings),
         }
 
@@ -139,11 +146,30 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
     dirs = layout.cache_dirs(key)
+    staged = None
+    if settings.cache_mode == "staged":
+        if layout.on_volume:
+            # Caches live on local disk; the volume holds the key's published generations.
+            staged = StagedStore(layout.key_dir(key) / "staged")
+            dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
+        else:
+            warnings.append("WARMSTART_CACHE_MODE=staged needs a volume: caches stay local")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     env = engine_env(layout, dirs, offline=True)
     env.update(derived)
     return BootPlan(
-        settings, layout, model, hardware, engine, key, dirs, derived, env, tuple(warnings), time.monotonic() - t0
+        settings,
+        layout,
+        model,
+        hardware,
+        engine,
+        key,
+        dirs,
+        derived,
+        env,
+        tuple(warnings),
+        time.monotonic() - t0,
+        staged,
     )
 
 
@@ -167,6 +193,9 @@ class Boot:
     restore_s: float | None = None
     publish_s: float | None = None
     layer_extra: dict[str, dict[str, int]] = field(default_factory=dict)
+    restored: RestoreResult | None = None
+    published: PublishResult | None = None
+    worker: str = field(default_factory=worker_id)
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
@@ -179,17 +208,107 @@ class Boot:
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
         self.store.touch()
+        if plan.staged is not None:
+            self.restore()
         plan.cache_dirs.create()
         self.before = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         present = sum(len(s.files) for s in self.before.values())
         stage(
             "cache",
             "expect %s: %d earlier boot(s) of this key, %d cache files present under %s",
-            self.history.expected,
+            self.expected,
             len(self.history.boots),
             present,
             plan.cache_dirs.base,
         )
+
+    @property
+    def expected(self) -> str | None:
+        """hit if the caches should hold this key's artifacts: an earlier boot completed (direct)
+        or a generation was restored (staged)."""
+        if self.plan.staged is not None:
+            return "hit" if self.restored is not None and self.restored.restored else "miss"
+        return self.history.expected if self.history else None
+
+    def restore(self) -> None:
+        """Staged: replace the local cache with the newest intact generation from the volume."""
+        plan = self.plan
+        assert plan.staged is not None
+        result = restore(plan.staged, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s)
+        self.restored = result
+        self.restore_s = round(result.seconds, 3)
+        for problem in result.problems:
+            log.warning("warmstart | restore  | skipped: %s", problem)
+        if result.restored:
+            stage(
+                "restore",
+                "generation %d: %d files (%.1f MB) in %.2f s from %s",
+                result.generation,
+                result.files,
+                result.bytes / 1e6,
+                result.seconds,
+                plan.staged.root,
+            )
+        else:
+            stage("restore", "no generation to restore in %s: starting cold", plan.staged.root)
+        for layer, (files, size) in result.per_layer.items():
+            self.layer_extra.setdefault(layer, {}).update(restored_files=files, restored_bytes=size)
+
+    def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
+        """Staged: publish what this boot added that the volume's generation lacks."""
+        plan = self.plan
+        if plan.staged is None:
+            return None
+        settings = plan.settings
+        stage("publish", "publishing new cache files to %s", plan.staged.root)
+        result = publish(
+            plan.staged,
+            plan.cache_dirs.base,
+            publisher=self.worker,
+            lease_wait_s=settings.publish_wait_s if wait_s is None else wait_s,
+            lease_ttl_s=settings.lease_ttl_s,
+            distrust=self.restored.bad_bundles if self.restored else (),
+        )
+        self.published = result
+        self.publish_s = round(result.seconds, 3)
+        if result.status == "published":
+            stage(
+                "publish",
+                "generation %d: %d files (%.1f MB) in %.2f s (%s)",
+                result.generation,
+                result.files,
+                result.bytes / 1e6,
+                result.seconds,
+                result.detail,
+            )
+        elif result.status == "failed":
+            log.warning("warmstart | publish  | %s", result.detail)
+        else:
+            stage("publish", "%s: %s", result.status, result.detail)
+        for layer, (files, size) in result.per_layer.items():
+            self.layer_extra.setdefault(layer, {}).update(published_files=files, published_bytes=size)
+        return result
+
+    def staged_summary(self) -> dict[str, Any] | None:
+        if self.plan.staged is None:
+            return None
+        r, p = self.restored, self.published
+        return {
+            "store": str(self.plan.staged.root),
+            "local": str(self.plan.cache_dirs.base),
+            "generation_restored": r.generation if r else None,
+            "restore_problems": list(r.problems) if r else [],
+            "publish": None
+            if p is None
+            else {
+                "status": p.status,
+                "generation": p.generation,
+                "files": p.files,
+                "bytes": p.bytes,
+                "seconds": round(p.seconds, 3),
+                "detail": p.detail,
+            },
+        }
 
     def start(self) -> None:
         plan = self.plan
@@ -252,9 +371,15 @@ class Boot:
                 caches[name] = CacheLayer(**{**caches[name].__dict__, **extra})
         caches["hf_weights"] = self.hf_weights_layer()
         verdict = evidence.decide_verdict(caches) if error is None else None
-        expected = self.history.expected if self.history else None
+        expected = self.expected
         observed = self.observed()
         warnings = list(plan.warnings)
+        if self.restored is not None:
+            warnings += [f"restore skipped {p}" for p in self.restored.problems]
+            if not self.restored.restored and self.history is not None and self.history.expected == "hit":
+                warnings.append("earlier boots of this key completed, but no generation could be restored")
+        if self.published is not None and self.published.status == "failed":
+            warnings.append(self.published.detail)
         if self.store is not None:
             warnings += self.store.warnings
         for scan in after.values():
@@ -285,7 +410,7 @@ class Boot:
             vllm_version=plan.engine.vllm,
             model=model_summary(plan.model),
             hardware=plan.hardware.as_dict(),
-            mode=plan.settings.cache_mode,
+            mode=plan.mode,
             on_volume=plan.layout.on_volume,
             started_at=self.started_at,
             boot_id=self.boot_id,
@@ -293,6 +418,7 @@ class Boot:
             warnings=tuple(self.redactor.text(w) for w in warnings),
             observed=observed,
             error=self.redactor.text(error) if error else None,
+            staged=self.staged_summary(),
         )
         return report
 
@@ -316,8 +442,11 @@ class Boot:
         return self.engine.stop()
 
 
-def run_boot(plan: BootPlan, redactor: Redactor, *, echo: TextIO | None = None) -> tuple[Boot, BootReport]:
-    """Boot vLLM, wait until it serves, and record the report. The engine is left running."""
+def run_boot(
+    plan: BootPlan, redactor: Redactor, *, echo: TextIO | None = None, publish_now: bool = True
+) -> tuple[Boot, BootReport]:
+    """Boot vLLM, wait until it serves, (staged, if `publish_now`) publish, and record the report.
+    The engine is left running."""
     boot = Boot(plan, redactor, echo=echo or sys.stderr)
     boot.t0 = time.monotonic() - plan.resolve_s
     boot.prepare()
@@ -329,6 +458,8 @@ def run_boot(plan: BootPlan, redactor: Redactor, *, echo: TextIO | None = None) 
         boot.record(report)
         emit_report(report)
         raise
+    if publish_now:
+        boot.publish()
     report = boot.finish_report()
     boot.record(report)
     emit_report(report)

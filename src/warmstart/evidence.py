@@ -521,13 +521,14 @@ class BootReport:
     observed: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
     source: str = "boot"  # "boot" or "log"
+    staged: Mapping[str, Any] | None = None  # staged mode: generation restored, problems, publish
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["caches"] = {name: asdict(layer) for name, layer in self.caches.items()}
         data["miss_reason"] = list(self.miss_reason)
         data["warnings"] = list(self.warnings)
-        accounted = sum(v for v in self.phases.values() if v is not None)
+        accounted = sum(v for k, v in self.phases.items() if v is not None and k != "publish")  # publish: after ready
         data["unaccounted_s"] = round(self.ready_s - accounted, 3) if self.ready_s is not None else None
         return data
 
@@ -544,6 +545,14 @@ class BootReport:
         out.append(f"warmstart | phases   | {phase_text or 'no phase markers found'}")
         for name, layer in self.caches.items():
             out.append(f"warmstart | cache    | {name:<12} {layer.status:<11} {layer.detail}")
+        if self.staged is not None:
+            restored = self.staged.get("generation_restored")
+            line = f"restored generation {restored}" if restored is not None else "nothing restored"
+            if (pub := self.staged.get("publish")) is not None:
+                line += f"; publish {pub['status']}"
+                if pub.get("generation") is not None:
+                    line += f" (generation {pub['generation']}, {pub['files']} files)"
+            out.append(f"warmstart | staged   | {line}")
         for reason in self.miss_reason:
             out.append(f"warmstart | why miss | {reason}")
         for warning in self.warnings:

@@ -120,6 +120,25 @@ def local_api_hint(rest: list[str]) -> str:
     return f"local API server at {base}; send a job with: {curl}"
 
 
+def start_background_publish(boot: Boot, report: dict[str, Any]) -> threading.Thread | None:
+    """Staged: publish after vLLM serves, without holding jobs back; the boot report job then
+    shows the publish too."""
+    if boot.plan.staged is None:
+        return None
+
+    def run() -> None:
+        boot.publish()
+        report["staged"] = boot.staged_summary()
+        report["phases"] = {**report["phases"], "publish": boot.publish_s}
+        for layer, extra in boot.layer_extra.items():
+            if layer in report["caches"]:
+                report["caches"][layer].update(extra)
+
+    thread = threading.Thread(target=run, name="warmstart-publish", daemon=True)
+    thread.start()
+    return thread
+
+
 def _raise_exit(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -138,9 +157,10 @@ def main(args: argparse.Namespace) -> int:
 
     boot: Boot | None = None
     watchdog: EngineWatchdog | None = None
+    publisher: threading.Thread | None = None
     try:
         try:
-            boot, report = run_boot(plan, redactor)
+            boot, report = run_boot(plan, redactor, publish_now=False)
         except EngineFailed as exc:
             log.error("warmstart | engine   | %s", redactor.text(str(exc)))
             return EXIT_ENGINE_DIED
@@ -149,6 +169,7 @@ def main(args: argparse.Namespace) -> int:
 
         assert boot.engine is not None
         report_dict = report.to_dict()
+        publisher = start_background_publish(boot, report_dict)
         watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s)
         state = JobHandler(
             base_url=boot.engine.base_url,
@@ -180,3 +201,11 @@ def main(args: argparse.Namespace) -> int:
         if boot is not None:
             stage("serve", "stopping vLLM")
             boot.stop()
+            if publisher is not None:
+                # Kernels compiled while serving: publish them too. Shutdown is short, so the
+                # waits are too; a publish cut off by the kill leaves only temporaries.
+                publisher.join(timeout=15.0)
+                if publisher.is_alive():
+                    log.warning("warmstart | publish  | the post-boot publish is still running; no final publish")
+                else:
+                    boot.publish(wait_s=10.0)

@@ -27,7 +27,9 @@ DEFAULT_STARTUP_TIMEOUT_S = 1200.0
 DEFAULT_REQUEST_TIMEOUT_S = 3600.0
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-CACHE_MODES = ("direct", "staged")
+# staged is the default: on the slow mock volume it read a GPU-sized cache 14x faster than
+# direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
+CACHE_MODES = ("staged", "direct")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -176,6 +178,8 @@ WRAPPER_VARIABLES = (
     "WARMSTART_VLLM_PYTHON",
     "WARMSTART_EXIT_GRACE_S",
     "WARMSTART_BAKED_HF_CACHE",
+    "WARMSTART_LEASE_TTL_S",
+    "WARMSTART_PUBLISH_WAIT_S",
 )
 
 
@@ -209,7 +213,9 @@ class Settings:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     exit_grace_s: float = 3.0  # after vLLM dies: seconds to answer jobs with the error before exiting
-    cache_mode: str = "direct"
+    lease_ttl_s: float = 600.0  # staged: a publish lease (and an abandoned temporary) expires after this
+    publish_wait_s: float = 120.0  # staged: how long a worker waits for another's publish lease
+    cache_mode: str = "staged"
     local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
     baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
     runpod_init_timeout_s: float | None = None
@@ -340,10 +346,12 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     request_timeout = number("REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, minimum=1)
     max_concurrency = int(number("MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY, integer=True, minimum=1))
     exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
+    lease_ttl = number("WARMSTART_LEASE_TTL_S", 600.0, minimum=1)
+    publish_wait = number("WARMSTART_PUBLISH_WAIT_S", 120.0)
     init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
     init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
 
-    cache_mode = (_get(env, "WARMSTART_CACHE_MODE") or "direct").lower()
+    cache_mode = (_get(env, "WARMSTART_CACHE_MODE") or "staged").lower()
     if cache_mode not in CACHE_MODES:
         problems.append(f"WARMSTART_CACHE_MODE={cache_mode!r}: expected one of {', '.join(CACHE_MODES)}")
 
@@ -389,6 +397,8 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         request_timeout_s=request_timeout,
         max_concurrency=max_concurrency,
         exit_grace_s=exit_grace,
+        lease_ttl_s=lease_ttl,
+        publish_wait_s=publish_wait,
         cache_mode=cache_mode,
         local_cache_dir=local_cache,
         baked_hf_cache=baked,
