@@ -13,8 +13,9 @@ MAX_MODEL_LEN ?= 512
 MAX_NUM_SEQS ?= 4
 VLLM_CPU_KVCACHE_SPACE ?= 1
 RUNPOD_VOLUME_PATH ?= $(CURDIR)/volume
+WARMSTART_LOCAL_CACHE ?= $(CURDIR)/.local-cache
 RUNPOD_API_PORT ?= 8000
-export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH
+export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH WARMSTART_LOCAL_CACHE
 
 .PHONY: run boot test lint install clean testmodel fuse
 
@@ -58,4 +59,4 @@ boot: install testmodel
 	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart boot
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) volume .bench
+	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench

@@ -185,7 +185,8 @@ class Boot:
     evidence: LogEvidence = field(default_factory=LogEvidence)
     engine: EngineProcess | None = None
     argv: list[str] = field(default_factory=list)
-    ready_s: float | None = None
+    ready_s: float | None = None  # since the boot began (resolve and restore included)
+    engine_ready_t: float | None = None  # since vLLM was started: the clock of the log markers
     before: dict[str, TreeScan] = field(default_factory=dict)
     history: BootHistory | None = None
     store: KeyStore | None = None
@@ -325,7 +326,7 @@ class Boot:
 
     def wait_ready(self) -> float:
         assert self.engine is not None
-        self.engine.wait_ready(self.plan.settings.startup_timeout_s)
+        self.engine_ready_t = self.engine.wait_ready(self.plan.settings.startup_timeout_s)
         self.ready_s = round(time.monotonic() - self.t0, 3)
         stage("engine", "vLLM serves after %.1f s (engine %.1f s)", self.ready_s, self.engine.elapsed())
         return self.ready_s
@@ -390,11 +391,9 @@ class Boot:
             hashes = evidence.compile_hashes(plan.cache_dirs.layer("vllm_compile"))
             old_hashes = {k: v for k, v in hashes.items() if self._hash_existed_before(k)}
             miss_reason = evidence.explain_miss(self.history.last_good() or {}, observed, hashes, old_hashes)
-        ready_t = (self.ready_s - plan.resolve_s - (self.restore_s or 0)) if self.ready_s is not None else None
-        engine_ready_t = self.engine.elapsed() if self.engine and self.ready_s is not None else ready_t
         phases = evidence.compute_phases(
             self.evidence,
-            ready_t=engine_ready_t,
+            ready_t=self.engine_ready_t,
             resolve_s=round(plan.resolve_s, 3),
             restore_s=self.restore_s,
             publish_s=self.publish_s,
