@@ -34,15 +34,16 @@ BENCH_MODEL = "warmstart/tiny-llama"
 DEFAULTS = {"MAX_MODEL_LEN": "256", "MAX_NUM_SEQS": "4", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float) -> float | None:
+def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Poll /health until it answers 200 or the process exits; the caller times from its launch."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         if proc.poll() is not None:
-            return None
+            return
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
                 if resp.status == 200:
-                    return None  # caller measures from its own launch time
+                    return
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.1)
@@ -70,8 +71,13 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
         shutil.rmtree(workdir)
     volume = workdir / "volume"
     env_base = {**DEFAULTS, **{k: v for k, v in os.environ.items() if k in DEFAULTS}}
-    env_base = {**os.environ, **env_base, "MODEL_NAME": BENCH_MODEL, "RUNPOD_VOLUME_PATH": str(volume)}
-    env_base.pop("WARMSTART_CACHE_MODE", None)
+    env_base = {
+        **os.environ,
+        **env_base,
+        "MODEL_NAME": BENCH_MODEL,
+        "RUNPOD_VOLUME_PATH": str(volume),
+        "WARMSTART_LOCAL_CACHE": str(workdir / "local"),
+    }
     layout = VolumeLayout(volume, on_volume=True)
     write_test_model(layout.hub_cache, BENCH_MODEL)
 
@@ -124,6 +130,7 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
         "model": BENCH_MODEL,
         "vllm_version": engine.vllm,
         "hardware": hardware.slug,
+        "warmstart_cache_mode": settings.cache_mode,
         "repeats": repeats,
         "bare_cold_s": round(bare_cold, 2),
         "warmstart_cold_s": round(ws_cold, 2),

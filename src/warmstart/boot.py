@@ -118,14 +118,12 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
             layout.root,
         )
 
-    if no_download_reason is None and settings.hub_offline:
-        no_download_reason = "HF_HUB_OFFLINE"
     model = resolve(
         settings.model_name,
         settings.model_revision,
         layout.hub_cache,
         token=settings.hf_token,
-        no_download_reason=no_download_reason,
+        no_download_reason=no_download_reason or settings.no_download_reason,
         read_only_caches=(settings.baked_hf_cache,) if settings.baked_hf_cache else (),
     )
     stage(

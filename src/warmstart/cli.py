@@ -103,9 +103,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         Path(args.hub_cache) if args.hub_cache else choose_layout(settings.volume, settings.local_cache_dir).hub_cache
     )
     hub_cache.mkdir(parents=True, exist_ok=True)
-    offline = "HF_HUB_OFFLINE" if settings.hub_offline else None
     model = resolve(
-        settings.model_name, settings.model_revision, hub_cache, token=settings.hf_token, no_download_reason=offline
+        settings.model_name,
+        settings.model_revision,
+        hub_cache,
+        token=settings.hf_token,
+        no_download_reason=settings.no_download_reason,
     )
     print(json.dumps(model_summary(model)))
     return 0

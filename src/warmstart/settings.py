@@ -228,6 +228,11 @@ class Settings:
         return dict(self.engine_values)
 
     @property
+    def no_download_reason(self) -> str | None:
+        """Why a missing snapshot must not be downloaded, or None when it may be."""
+        return "HF_HUB_OFFLINE" if self.hub_offline else None
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """Values that must never be printed (see redact.Redactor)."""
         return tuple(v for v in (self.hf_token,) if v)

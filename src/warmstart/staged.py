@@ -48,6 +48,7 @@ from typing import Any, BinaryIO
 
 from .evidence import scan_tree
 from .layout import CACHE_LAYERS
+from .store import write_json_atomic
 
 log = logging.getLogger("warmstart")
 
@@ -424,8 +425,11 @@ def _extract_bundle(store: StagedStore, ref: BundleRef, gen: Generation, dest: P
 
 
 def _register_reader(store: StagedStore, reader: str, gen: Generation, ttl_s: float) -> Path:
+    """Atomically (a half-written registration would protect nothing from the collector)."""
     path = store.readers / f"{reader}.json"
-    _write_json(path, {"generation": gen.number, "bundles": [b.name for b in gen.bundles], "expires": now() + ttl_s})
+    write_json_atomic(
+        path, {"generation": gen.number, "bundles": [b.name for b in gen.bundles], "expires": now() + ttl_s}
+    )
     return path
 
 
