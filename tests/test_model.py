@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import pytest
 
 from conftest import MODEL_ID, base_env, run_warmstart
+from fake_hub import FakeHub
 from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
+from warmstart.testmodel import model_files, snapshot_commit
 
 
 def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
@@ -93,3 +96,47 @@ def test_offline_and_incomplete_is_an_error_not_a_download(tmp_path, volume, tin
     result = run_warmstart(["boot"], env, timeout=60)
     assert result.returncode == 2
     assert "downloading is disabled (HF_HUB_OFFLINE)" in result.stderr
+
+
+def test_missing_snapshot_is_downloaded_with_progress_then_never_asked_again(tmp_path, fake_vllm_python):
+    files = model_files(0)
+    with FakeHub("someorg/remote-tiny", snapshot_commit(files), files) as hub:
+        env = base_env(
+            tmp_path / "volume",
+            fake_vllm_python,
+            tmp_path,
+            MODEL_NAME="someorg/remote-tiny",
+            HF_ENDPOINT=hub.url,
+            HF_TOKEN="hf_fakehubtoken123456",
+        )
+        (tmp_path / "volume").mkdir()
+        first = run_warmstart(["fetch"], env, timeout=120)
+        assert first.returncode == 0, first.stderr
+        fetched = json.loads(first.stdout)
+        assert (fetched["source"], fetched["revision"], fetched["files"]) == ("downloaded", hub.commit, 6)
+        assert "is not in the cache" in first.stderr and "downloading from the Hub" in first.stderr
+        assert "download someorg/remote-tiny: 2.9 MB so far" in first.stderr
+        assert ("GET", f"/someorg/remote-tiny/resolve/{hub.commit}/model.safetensors") in hub.requests
+        assert "hf_fakehubtoken123456" not in first.stderr
+        asked = len(hub.requests)
+        boot = run_warmstart(["boot", "--json"], env, timeout=120)
+        assert boot.returncode == 0, boot.stderr
+        report = json.loads(boot.stdout)
+        assert report["caches"]["hf_weights"]["status"] == "hit"
+        assert report["model"]["path"] == fetched["path"]
+        assert len(hub.requests) == asked, "a complete snapshot must not touch the Hub"
+
+
+def test_boot_downloads_what_is_missing_and_reports_it(tmp_path, fake_vllm_python):
+    files = model_files(0)
+    with FakeHub("someorg/remote-tiny", snapshot_commit(files), files) as hub:
+        env = base_env(
+            tmp_path / "volume", fake_vllm_python, tmp_path, MODEL_NAME="someorg/remote-tiny", HF_ENDPOINT=hub.url
+        )
+        (tmp_path / "volume").mkdir()
+        result = run_warmstart(["boot", "--json"], env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["caches"]["hf_weights"]["status"] == "miss"
+        assert report["caches"]["hf_weights"]["files_added"] == 6
+        assert report["model"]["source"] == "downloaded"

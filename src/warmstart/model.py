@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,36 +208,63 @@ def resolve(
     )
 
 
+class DownloadProgress:
+    """Log a download's progress from the bytes landing in the repo's blobs folder.
+
+    huggingface_hub's own bars count files (its `tqdm_class` is not given to each file), so a
+    20 GB model in 4 shards would show "0/4" for minutes; the blobs folder, `.incomplete`
+    files included, grows byte by byte whatever the transfer backend.
+    """
+
+    def __init__(self, repo_id: str, blobs: Path, interval_s: float = 5.0) -> None:
+        self.repo_id = repo_id
+        self.blobs = blobs
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="download-progress", daemon=True)
+        self.start_bytes = self.size()
+
+    def size(self) -> int:
+        total = 0
+        try:
+            for entry in os.scandir(self.blobs):
+                try:
+                    total += entry.stat().st_size
+                except OSError:
+                    continue
+        except OSError:
+            pass
+        return total
+
+    def report(self) -> None:
+        log.info(
+            "warmstart | model    | download %s: %.1f MB so far", self.repo_id, (self.size() - self.start_bytes) / 1e6
+        )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.report()
+
+    def __enter__(self) -> DownloadProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.report()
+
+
 def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str | None) -> Path:
     """snapshot_download into the volume's hub cache, logging progress every few seconds."""
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.utils import tqdm as hf_tqdm
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise ModelError(f"huggingface_hub is needed to download {repo_id}: {exc}") from exc
 
-    class LoggedProgress(hf_tqdm):  # type: ignore[misc,valid-type]
-        """tqdm that also writes a plain log line at most every 5 s (logs are not TTYs)."""
-
-        _last = 0.0
-
-        def update(self, n: float | None = 1) -> bool | None:
-            result = super().update(n)
-            now = time.monotonic()
-            if now - self._last >= 5.0 or (self.total and self.n >= self.total):
-                self._last = now
-                total = f"/{self.total / 1e6:.0f} MB" if self.total else ""
-                log.info("warmstart | model    | download %s: %.0f MB%s", repo_id, self.n / 1e6, total)
-            return result
-
     try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            cache_dir=str(hub_cache),
-            token=token,
-            tqdm_class=LoggedProgress,
-        )
+        with DownloadProgress(repo_id, repo_dir(hub_cache, repo_id) / "blobs"):
+            path = snapshot_download(repo_id, revision=revision, cache_dir=str(hub_cache), token=token)
     except Exception as exc:  # the Hub's errors are many; all of them end the boot here
         raise ModelError(f"{repo_id}: download failed: {type(exc).__name__}: {exc}") from exc
     return Path(path)

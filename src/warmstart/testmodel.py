@@ -179,6 +179,12 @@ def model_files(seed: int = 0) -> dict[str, bytes]:
     }
 
 
+def snapshot_commit(files: dict[str, bytes]) -> str:
+    """A git-like commit id derived from the content, so a seed always gives the same one."""
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    return hashlib.sha1(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+
+
 def write_test_model(hub_cache: Path, repo_id: str = "warmstart/tiny-llama", seed: int = 0) -> TinyModel:
     """Write the model into `hub_cache` as the Hub would have left it after a download.
 
@@ -190,7 +196,7 @@ def write_test_model(hub_cache: Path, repo_id: str = "warmstart/tiny-llama", see
         raise ValueError(f"repo id must look like ORG/NAME, got {repo_id!r}")
     files = model_files(seed)
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    commit = hashlib.sha1(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+    commit = snapshot_commit(files)
 
     repo_dir = hub_cache / ("models--" + repo_id.replace("/", "--"))
     blobs = repo_dir / "blobs"
