@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from . import evidence
@@ -189,9 +189,6 @@ class Boot:
     history: BootHistory | None = None
     store: KeyStore | None = None
     t0: float = field(default_factory=time.monotonic)
-    restore_s: float | None = None
-    publish_s: float | None = None
-    layer_extra: dict[str, dict[str, int]] = field(default_factory=dict)
     restored: RestoreResult | None = None
     published: PublishResult | None = None
     worker: str = field(default_factory=worker_id)
@@ -235,7 +232,6 @@ class Boot:
         assert plan.staged is not None
         result = restore(plan.staged, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s)
         self.restored = result
-        self.restore_s = round(result.seconds, 3)
         for problem in result.problems:
             log.warning("warmstart | restore  | skipped: %s", problem)
         if result.restored:
@@ -250,8 +246,6 @@ class Boot:
             )
         else:
             stage("restore", "no generation to restore in %s: starting cold", plan.staged.root)
-        for layer, (files, size) in result.per_layer.items():
-            self.layer_extra.setdefault(layer, {}).update(restored_files=files, restored_bytes=size)
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
         """Staged: publish what this boot added that the volume's generation lacks."""
@@ -269,7 +263,6 @@ class Boot:
             distrust=self.restored.bad_bundles if self.restored else (),
         )
         self.published = result
-        self.publish_s = round(result.seconds, 3)
         if result.status == "published":
             stage(
                 "publish",
@@ -284,9 +277,23 @@ class Boot:
             log.warning("warmstart | publish  | %s", result.detail)
         else:
             stage("publish", "%s: %s", result.status, result.detail)
-        for layer, (files, size) in result.per_layer.items():
-            self.layer_extra.setdefault(layer, {}).update(published_files=files, published_bytes=size)
         return result
+
+    @property
+    def restore_s(self) -> float | None:
+        return round(self.restored.seconds, 3) if self.restored else None
+
+    @property
+    def publish_s(self) -> float | None:
+        return round(self.published.seconds, 3) if self.published else None
+
+    def staged_layer_counts(self) -> dict[str, dict[str, int]]:
+        """Per layer: files and bytes restored from and published to the volume (staged)."""
+        counts: dict[str, dict[str, int]] = {}
+        for result, prefix in ((self.restored, "restored"), (self.published, "published")):
+            for layer, (files, size) in (result.per_layer if result else {}).items():
+                counts.setdefault(layer, {}).update({f"{prefix}_files": files, f"{prefix}_bytes": size})
+        return counts
 
     def staged_summary(self) -> dict[str, Any] | None:
         if self.plan.staged is None:
@@ -365,9 +372,9 @@ class Boot:
         plan = self.plan
         after = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         caches = evidence.layer_statuses(self.evidence, self.before, after)
-        for name, extra in self.layer_extra.items():
+        for name, extra in self.staged_layer_counts().items():
             if name in caches:
-                caches[name] = CacheLayer(**{**caches[name].__dict__, **extra})
+                caches[name] = replace(caches[name], **extra)
         caches["hf_weights"] = self.hf_weights_layer()
         verdict = evidence.decide_verdict(caches) if error is None else None
         expected = self.expected

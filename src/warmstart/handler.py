@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-log = logging.getLogger("warmstart")
 
 # Route -> allowed methods. Everything else is refused.
 ROUTES: Mapping[str, frozenset[str]] = {

@@ -84,7 +84,7 @@ class EngineWatchdog:
 
     def concurrency(self, limit: int) -> Callable[[int], int]:
         """Runpod's concurrency modifier: `limit` while vLLM lives, 0 (take nothing) after."""
-        return lambda _current: 0 if self.failure else limit
+        return lambda _current: 0 if self.failure_message() else limit
 
     def _watch(self) -> None:
         engine = self.boot.engine
@@ -130,7 +130,7 @@ def start_background_publish(boot: Boot, report: dict[str, Any]) -> threading.Th
         boot.publish()
         report["staged"] = boot.staged_summary()
         report["phases"] = {**report["phases"], "publish": boot.publish_s}
-        for layer, extra in boot.layer_extra.items():
+        for layer, extra in boot.staged_layer_counts().items():
             if layer in report["caches"]:
                 report["caches"][layer].update(extra)
 

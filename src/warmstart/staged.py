@@ -42,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -747,15 +747,7 @@ def publish(
             collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
         except OSError as exc:
             log.warning("warmstart | publish  | garbage collection failed: %s", exc)
-        return PublishResult(
-            result.status,
-            result.generation,
-            result.files,
-            result.bytes,
-            time.monotonic() - start,
-            result.detail,
-            result.per_layer,
-        )
+        return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
         reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
         return PublishResult(
