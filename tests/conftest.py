@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.testmodel import TinyModel, write_test_model
+from warmstart.dev.testmodel import TinyModel, write_test_model
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

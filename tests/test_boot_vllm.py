@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import base_env, run_warmstart
-from warmstart.testmodel import write_test_model
+from warmstart.dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from conftest import FIXTURES, run_warmstart
-from warmstart import evidence
-from warmstart.evidence import CacheLayer, LogEvidence, TreeScan, decide_verdict, report_from_log
+from warmstart.vllm import evidence
+from warmstart.vllm.evidence import CacheLayer, LogEvidence, TreeScan, decide_verdict, report_from_log
 
 
 def log_report(name: str):

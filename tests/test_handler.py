@@ -13,8 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.engine import free_port
-from warmstart.handler import EngineRequest, InputError, JobHandler, WarmstartQuery, make_handler, parse_job_input
+from warmstart.vllm.engine import free_port
+from warmstart.worker.handler import (
+    EngineRequest,
+    InputError,
+    JobHandler,
+    WarmstartQuery,
+    make_handler,
+    parse_job_input,
+)
 
 SERVED = "org/model"
 

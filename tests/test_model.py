@@ -10,8 +10,8 @@ import pytest
 
 from conftest import MODEL_ID, base_env, run_warmstart
 from fake_hub import FakeHub
+from warmstart.dev.testmodel import model_files, snapshot_commit
 from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
-from warmstart.testmodel import model_files, snapshot_commit
 
 
 def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
@@ -27,7 +27,7 @@ def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
 
 
 def test_same_seed_same_commit_other_seed_other_commit(tmp_path, tiny_model):
-    from warmstart.testmodel import write_test_model
+    from warmstart.dev.testmodel import write_test_model
 
     again = write_test_model(tmp_path / "other" / "hub", MODEL_ID)
     assert again.commit == tiny_model.commit

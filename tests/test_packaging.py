@@ -10,10 +10,10 @@ import subprocess
 import pytest
 
 from conftest import REPO, base_env, run_warmstart
+from warmstart.dev.testmodel import write_test_model
 from warmstart.model import resolve
-from warmstart.serve import init_timeout_warning, local_api_hint
 from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, from_env, known_variables
-from warmstart.testmodel import write_test_model
+from warmstart.worker.serve import init_timeout_warning, local_api_hint
 
 HUB = json.loads((REPO / ".runpod" / "hub.json").read_text())
 TESTS = json.loads((REPO / ".runpod" / "tests.json").read_text())
@@ -68,7 +68,7 @@ def test_settings_source_reads_exactly_the_declared_wrapper_variables():
 
 
 def test_hub_tests_inputs_are_accepted_by_the_handler():
-    from warmstart.handler import parse_job_input
+    from warmstart.worker.handler import parse_job_input
 
     for test in TESTS["tests"]:
         parse_job_input(test["input"], "served")  # raises InputError if not

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from warmstart.cachekey import EngineInfo
-from warmstart.engine import engine_command, engine_flag_args
 from warmstart.settings import SettingsError, from_env
+from warmstart.vllm.engine import engine_command, engine_flag_args
 
 BASE = {"MODEL_NAME": "org/model"}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from warmstart import staged
-from warmstart.staged import (
+from warmstart.store import staged
+from warmstart.store.staged import (
     PublishLease,
     StagedStore,
     collect_garbage,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import WARMSTART, base_env, group_alive, run_warmstart
-from warmstart.slowfs import is_mounted, mounted
-from warmstart.staged import StagedStore, publish, restore
-from warmstart.testmodel import write_test_model
+from warmstart.dev.slowfs import is_mounted, mounted
+from warmstart.dev.testmodel import write_test_model
+from warmstart.store.staged import StagedStore, publish, restore
 
 pytestmark = pytest.mark.fuse
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import WARMSTART, base_env, group_alive
-from warmstart.engine import free_port
-from warmstart.testmodel import write_test_model
+from warmstart.dev.testmodel import write_test_model
+from warmstart.vllm.engine import free_port
 
 pytestmark = pytest.mark.vllm
 

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-from . import evidence
 from .cachekey import (
     CacheKey,
     EngineInfo,
@@ -28,14 +27,15 @@ from .cachekey import (
     key_vllm_env,
     probe_engine,
 )
-from .engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
-from .evidence import BootReport, CacheLayer, LogEvidence, TreeScan
-from .layout import CacheDirs, VolumeLayout, choose_layout, engine_env
 from .model import ResolvedModel, resolve
 from .redact import Redactor
 from .settings import Settings
-from .staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
-from .store import BootHistory, KeyStore, now_iso
+from .store.history import BootHistory, KeyStore, now_iso
+from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
+from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
+from .vllm import evidence
+from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
+from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
 
 log = logging.getLogger("warmstart")
 

@@ -60,7 +60,7 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 def cmd_boot(args: argparse.Namespace) -> int:
     from .boot import plan_boot, run_boot
-    from .engine import EngineFailed
+    from .vllm.engine import EngineFailed
 
     settings = _settings(args)
     plan = plan_boot(settings)
@@ -77,7 +77,7 @@ def cmd_boot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .evidence import report_from_log
+    from .vllm.evidence import report_from_log
 
     try:
         with open(args.logfile, encoding="utf-8", errors="replace") as handle:
@@ -95,8 +95,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_fetch(args: argparse.Namespace) -> int:
     """Put MODEL_NAME's snapshot into an HF cache (the volume's, or --hub-cache: a model baked into an image)."""
     from .boot import model_summary
-    from .layout import choose_layout
     from .model import resolve
+    from .store.layout import choose_layout
 
     settings = _settings(args)
     hub_cache = (
@@ -115,8 +115,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_testmodel(args: argparse.Namespace) -> int:
-    from .layout import VolumeLayout
-    from .testmodel import write_test_model
+    from .dev.testmodel import write_test_model
+    from .store.layout import VolumeLayout
 
     volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
     layout = VolumeLayout(volume, on_volume=True)
@@ -126,7 +126,7 @@ def cmd_testmodel(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
+    from .dev import bench
 
     return bench.main(args)
 
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_boot)
 
     p = with_volume(sub.add_parser("serve", help="boot and serve Runpod jobs (container entrypoint)"))
-    p.set_defaults(func=lambda a: __import__("warmstart.serve", fromlist=["main"]).main(a))
+    p.set_defaults(func=lambda a: __import__("warmstart.worker.serve", fromlist=["main"]).main(a))
 
     p = with_volume(sub.add_parser("fetch", help="download MODEL_NAME into the volume's HF cache (or --hub-cache)"))
     p.add_argument("--hub-cache", metavar="DIR", help="an HF hub cache directory to fill instead of the volume's")

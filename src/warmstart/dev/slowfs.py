@@ -10,7 +10,7 @@ client's attribute cache does. `quota_bytes` makes writes fail with ENOSPC after
 many bytes, for fault tests.
 
 Every operation a compiler needs is implemented (a passthrough that refused rmdir or
-utimens broke Inductor with ENOSYS). Run it with `python -m warmstart.slowfs SRC MNT`;
+utimens broke Inductor with ENOSYS). Run it with `python -m warmstart.dev.slowfs SRC MNT`;
 `mounted()` starts it in a subprocess and always unmounts.
 """
 
@@ -269,7 +269,7 @@ def mounted(
     cmd = [
         sys.executable,
         "-m",
-        "warmstart.slowfs",
+        "warmstart.dev.slowfs",
         str(source),
         str(mountpoint),
         "--latency-ms",
@@ -300,7 +300,7 @@ def mounted(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m warmstart.slowfs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m warmstart.dev.slowfs", description=__doc__.split("\n")[0])
     parser.add_argument("source")
     parser.add_argument("mountpoint")
     parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS)

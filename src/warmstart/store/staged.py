@@ -46,9 +46,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .evidence import scan_tree
+from ..vllm.evidence import scan_tree
+from .history import write_json_atomic
 from .layout import CACHE_LAYERS
-from .store import write_json_atomic
 
 log = logging.getLogger("warmstart")
 

@@ -22,12 +22,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .boot import derive_engine_env
-from .cachekey import detect_hardware, find_vllm_python, probe_engine
-from .engine import engine_command, free_port
-from .layout import CacheDirs, VolumeLayout, engine_env
-from .model import resolve
-from .settings import from_env
+from ..boot import derive_engine_env
+from ..cachekey import detect_hardware, find_vllm_python, probe_engine
+from ..model import resolve
+from ..settings import from_env
+from ..store.layout import CacheDirs, VolumeLayout, engine_env
+from ..vllm.engine import engine_command, free_port
 from .testmodel import write_test_model
 
 BENCH_MODEL = "warmstart/tiny-llama"

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..store.staged import StagedStore, execute_publish, plan_publish, restore
 from .slowfs import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS, mounted
-from .staged import StagedStore, execute_publish, plan_publish, restore
 
 TARGET_BYTES = 500 * 1000 * 1000
 

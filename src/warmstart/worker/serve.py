@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .boot import Boot, plan_boot, run_boot, stage
-from .engine import EngineFailed
+from ..boot import Boot, plan_boot, run_boot, stage
+from ..redact import Redactor
+from ..settings import Settings, from_env
+from ..store.history import BootHistory, KeyStore
+from ..vllm.engine import EngineFailed
 from .handler import JobHandler, make_handler
-from .redact import Redactor
-from .settings import Settings, from_env
-from .store import BootHistory, KeyStore
 
 log = logging.getLogger("warmstart")
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .cachekey import EngineInfo
-from .settings import ENGINE_FLAGS, Settings, parse_bool
+from ..cachekey import EngineInfo
+from ..settings import ENGINE_FLAGS, Settings, parse_bool
 
 log = logging.getLogger("warmstart")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cachekey import CacheKey
+from ..cachekey import CacheKey
 
 # Report name -> (directory under cache/, environment variable).
 CACHE_LAYERS: tuple[tuple[str, str, str], ...] = (

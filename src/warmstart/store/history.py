@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .cachekey import CacheKey
+from ..cachekey import CacheKey
 from .layout import VolumeLayout
 
 MANIFEST_VERSION = 1

@@ -1,0 +1,1 @@
+"""What the image does not need: the test model, the slow mock volume, the benchmarks."""

@@ -1,0 +1,1 @@
+"""What lives on the volume: the layout, each key's records, staged bundles and generations."""

@@ -1,0 +1,1 @@
+"""The Runpod worker: `warmstart serve` and the job handler."""
