@@ -111,3 +111,23 @@ def group_alive(pgid: int) -> bool:
             if int(fields[2]) == pgid and fields[0] != "Z":
                 return True
     return False
+
+
+def start_warmstart(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([WARMSTART, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_until(proc: subprocess.Popen[str], text: str, log: list[str]) -> str:
+    """Read proc's stderr into `log` until a line holds `text`; fail with the log's tail if it ends first."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        log.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"{text!r} never appeared; last lines:\n" + "".join(log[-30:]))
+
+
+def paused_env(env: dict[str, str], step: str, resume: Path) -> dict[str, str]:
+    """Make a warmstart subprocess announce its publish/restore steps and stop at `step`
+    until `resume` exists (see warmstart.store.staged.step)."""
+    return {**env, "WARMSTART_TEST_STEPS": "1", "WARMSTART_TEST_PAUSE_AT": step, "WARMSTART_TEST_RESUME": str(resume)}

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 from .cachekey import (
@@ -31,8 +32,8 @@ from .model import ResolvedModel, resolve
 from .redact import Redactor
 from .settings import Settings
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
-from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
+from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
+from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
@@ -110,7 +111,21 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     t0 = time.monotonic()
     warnings = list(settings.warnings)
     layout = choose_layout(settings.volume, settings.local_cache_dir)
-    if not layout.on_volume:
+    read_only_hubs: tuple[Path, ...] = ()
+    read_only_volume = False
+    if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
+        # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
+        # the model from it; keep caches and records on local disk; publish nothing.
+        read_only_volume = True
+        message = (
+            f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
+            f"at {settings.local_cache_dir}, and nothing will be published"
+        )
+        warnings.append(message)
+        log.warning("warmstart | volume   | %s", message)
+        read_only_hubs = (layout.hub_cache,)
+        layout = VolumeLayout(settings.local_cache_dir, on_volume=False)
+    elif not layout.on_volume:
         warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
         log.warning(
             "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
@@ -124,7 +139,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         layout.hub_cache,
         token=settings.hf_token,
         no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(settings.baked_hf_cache,) if settings.baked_hf_cache else (),
+        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
     )
     stage(
         "model",
@@ -150,7 +165,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
             # Caches live on local disk; the volume holds the key's published generations.
             staged = StagedStore(layout.key_dir(key) / "staged")
             dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
-        else:
+        elif not read_only_volume:  # (a read-only volume has said so in its own line)
             warnings.append("WARMSTART_CACHE_MODE=staged needs a volume: caches stay local")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     env = engine_env(layout, dirs, offline=True)
@@ -203,7 +218,11 @@ class Boot:
         plan = self.plan
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
-        self.store.touch()
+        try:
+            self.store.touch()
+        except OSError as exc:  # a full or vanished volume: boot anyway, say so
+            self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
+            log.warning("warmstart | store    | could not write the key's manifest on the volume: %s", exc)
         if plan.staged is not None:
             self.restore()
         plan.cache_dirs.create()
@@ -244,6 +263,13 @@ class Boot:
                 result.seconds,
                 plan.staged.root,
             )
+        elif result.problems:
+            stage(
+                "restore",
+                "nothing could be restored from %s (%d problem(s) above): starting cold",
+                plan.staged.root,
+                len(result.problems),
+            )
         else:
             stage("restore", "no generation to restore in %s: starting cold", plan.staged.root)
 
@@ -253,6 +279,18 @@ class Boot:
         if plan.staged is None:
             return None
         settings = plan.settings
+        step("boot:publish")
+        key_dir = plan.staged.root.parent
+        if not key_dir.is_dir():
+            # The volume went away after the boot began (unmounted, or the key's directory was
+            # removed): publishing would recreate the tree on whatever is at that path now.
+            result = PublishResult(
+                "skipped",
+                detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
+            )
+            self.published = result
+            log.warning("warmstart | publish  | %s", result.detail)
+            return result
         stage("publish", "publishing new cache files to %s", plan.staged.root)
         result = publish(
             plan.staged,
@@ -384,7 +422,7 @@ class Boot:
             warnings += [f"restore skipped {p}" for p in self.restored.problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
-        if self.published is not None and self.published.status == "failed":
+        if self.published is not None and self.published.status in ("failed", "skipped"):
             warnings.append(self.published.detail)
         if self.store is not None:
             warnings += self.store.warnings
