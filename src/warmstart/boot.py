@@ -140,6 +140,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         token=settings.hf_token,
         no_download_reason=no_download_reason or settings.no_download_reason,
         read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
     )
     stage(
         "model",

@@ -180,6 +180,7 @@ WRAPPER_VARIABLES = (
     "WARMSTART_BAKED_HF_CACHE",
     "WARMSTART_LEASE_TTL_S",
     "WARMSTART_PUBLISH_WAIT_S",
+    "WARMSTART_HUB_TIMEOUT_S",
 )
 
 
@@ -215,6 +216,7 @@ class Settings:
     exit_grace_s: float = 3.0  # after vLLM dies: seconds to answer jobs with the error before exiting
     lease_ttl_s: float = 600.0  # staged: a publish lease (and an abandoned temporary) expires after this
     publish_wait_s: float = 120.0  # staged: how long a worker waits for another's publish lease
+    hub_stall_s: float = 20.0  # a download that receives nothing from the Hub this long fails
     cache_mode: str = "staged"
     local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
     baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
@@ -369,6 +371,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
     lease_ttl = number("WARMSTART_LEASE_TTL_S", 600.0, minimum=1)
     publish_wait = number("WARMSTART_PUBLISH_WAIT_S", 120.0)
+    hub_stall = number("WARMSTART_HUB_TIMEOUT_S", 20.0, minimum=1)
     init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
     init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
 
@@ -420,6 +423,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         exit_grace_s=exit_grace,
         lease_ttl_s=lease_ttl,
         publish_wait_s=publish_wait,
+        hub_stall_s=hub_stall,
         cache_mode=cache_mode,
         local_cache_dir=local_cache,
         baked_hf_cache=baked,
