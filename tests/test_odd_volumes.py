@@ -76,6 +76,33 @@ def test_read_only_volume_with_the_model_serves_with_local_caches(tmp_path, fake
     assert files_under(source) == before, "nothing may be written to the read-only volume"
 
 
+def test_read_only_volume_with_published_caches_restores_them_and_publishes_nothing(tmp_path, fake_vllm_python):
+    """A volume a writable worker published to, later mounted read-only: its generation is still
+    restored into local disk (unregistered: a reader registration cannot be written)."""
+    source = tmp_path / "volume-source"
+    write_test_model(source / "huggingface-cache" / "hub", MODEL_ID)
+    env = base_env(source, fake_vllm_python, tmp_path, FAKE_VLLM_ARTIFACTS="3:20000:a")
+    first = run_warmstart(["boot", "--json"], {**env, "WARMSTART_LOCAL_CACHE": str(tmp_path / "local-1")})
+    assert json.loads(first.stdout)["staged"]["publish"]["generation"] == 1
+    before = {p: (source / p).stat().st_mtime_ns for p in files_under(source)}
+    with read_only_bind(source, tmp_path / "runpod-volume") as volume:
+        env = {**env, "RUNPOD_VOLUME_PATH": str(volume), "WARMSTART_LOCAL_CACHE": str(tmp_path / "local-2")}
+        env.pop("FAKE_VLLM_ARTIFACTS")
+        run = run_warmstart(["boot", "--json"], env, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        (line,) = not_writable_lines(run.stderr)
+        assert "nothing will be published" in line
+        assert "restoring unprotected" in run.stderr
+        report = json.loads(run.stdout)
+        assert (report["mode"], report["on_volume"]) == ("staged", False)
+        assert report["staged"]["generation_restored"] == 1
+        assert (report["expected"], report["verdict"]) == ("hit", "warm")
+        assert report["caches"]["inductor"]["restored_files"] == 4
+        assert report["staged"]["publish"]["status"] == "skipped"
+        assert not [w for w in report["warnings"] if "nothing published" in w]  # said once, in the volume line
+    assert {p: (source / p).stat().st_mtime_ns for p in files_under(source)} == before
+
+
 def test_volume_whose_hub_folder_alone_is_read_only(tmp_path, fake_vllm_python):
     """The model's folder is a read-only mount inside a writable volume: caches still go to the volume."""
     source = tmp_path / "cached-models"

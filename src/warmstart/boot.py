@@ -64,6 +64,7 @@ class BootPlan:
     warnings: tuple[str, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
+    publish_blocked: str | None = None  # why nothing may be published (a read-only or full volume)
 
     @property
     def mode(self) -> str:
@@ -112,11 +113,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     warnings = list(settings.warnings)
     layout = choose_layout(settings.volume, settings.local_cache_dir)
     read_only_hubs: tuple[Path, ...] = ()
-    read_only_volume = False
+    read_only_volume: VolumeLayout | None = None
     if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
         # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
         # the model from it; keep caches and records on local disk; publish nothing.
-        read_only_volume = True
+        read_only_volume = layout
         message = (
             f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
             f"at {settings.local_cache_dir}, and nothing will be published"
@@ -166,7 +167,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
             # Caches live on local disk; the volume holds the key's published generations.
             staged = StagedStore(layout.key_dir(key) / "staged")
             dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
-        elif not read_only_volume:  # (a read-only volume has said so in its own line)
+        elif read_only_volume is not None:
+            # Generations published to it earlier can still be restored (into local disk).
+            if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
+                staged = StagedStore(read_only_volume.key_dir(key) / "staged")
+        else:
             warnings.append("WARMSTART_CACHE_MODE=staged needs a volume: caches stay local")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     env = engine_env(layout, dirs, offline=True)
@@ -184,6 +189,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         tuple(warnings),
         time.monotonic() - t0,
         staged,
+        publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
     )
 
 
@@ -281,6 +287,10 @@ class Boot:
             return None
         settings = plan.settings
         step("boot:publish")
+        if plan.publish_blocked is not None:  # said once already, in the volume line
+            self.published = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
+            stage("publish", "skipped: %s", self.published.detail)
+            return self.published
         key_dir = plan.staged.root.parent
         if not key_dir.is_dir():
             # The volume went away after the boot began (unmounted, or the key's directory was
@@ -429,7 +439,7 @@ class Boot:
             warnings += [f"restore skipped {p}" for p in self.restored.problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
-        if self.published is not None and self.published.status in ("failed", "skipped"):
+        if self.published is not None and self.published.status in ("failed", "skipped") and not plan.publish_blocked:
             warnings.append(self.published.detail)
         if self.store is not None:
             warnings += self.store.warnings

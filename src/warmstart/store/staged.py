@@ -457,6 +457,7 @@ def restore(store: StagedStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     numbers = store.generation_numbers()
+    unregistered = False
     for number in reversed(numbers):
         try:
             gen = store.load(number)
@@ -469,6 +470,13 @@ def restore(store: StagedStore, dest: Path, *, reader: str, ttl_s: float = 1800.
         try:
             store.readers.mkdir(parents=True, exist_ok=True)
             registration = _register_reader(store, reader, gen, ttl_s)
+        except OSError as exc:
+            # A read-only or full volume can still be read. Unregistered, a bundle that a
+            # collector removes meanwhile fails its check and the next generation is tried.
+            if not unregistered:
+                log.warning("warmstart | restore  | cannot register as a reader (%s): restoring unprotected", exc)
+                unregistered = True
+        try:
             step("restore:registered")
             if not (store.generations_dir / _gen_name(number)).exists():
                 continue  # removed between listing and registering: take the next
