@@ -31,3 +31,11 @@ def test_aot_off_on_cpu_unless_the_user_says():
     assert derive_engine_env(CPU, settings()) == {"VLLM_USE_AOT_COMPILE": "0"}
     assert "VLLM_USE_AOT_COMPILE" not in derive_engine_env(CPU, settings(VLLM_USE_AOT_COMPILE="1"))
     assert "VLLM_USE_AOT_COMPILE" not in derive_engine_env(GPU, settings())
+
+
+def test_every_mapped_cache_variable_stays_out_of_the_key():
+    """The cache mapping's values are paths: they must not split keys (cachekey.MAPPED_ENV)."""
+    from warmstart.cachekey import MAPPED_ENV
+    from warmstart.store.layout import CACHE_LAYERS
+
+    assert {var for _, _, var in CACHE_LAYERS} <= MAPPED_ENV

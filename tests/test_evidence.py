@@ -238,7 +238,7 @@ def test_vllm_cache_root_is_reported_per_cache():
     assert (layers["modelinfos"].status, layers["modelinfos"].bytes_added) == ("miss", 899)
     assert layers["startup_plan"].status == "miss"
     assert (layers["vllm_other"].status, layers["vllm_other"].files_added) == ("miss", 1)
-    assert "flashinfer_autotune" in layers  # always reported, even when nothing used it
+    assert "cute_dsl" not in layers  # not scanned here
     for layer in layers.values():
         assert not (layer.status == "unused" and layer.files_added), layer
     # modelinfos and the remainder are informational: a warm compile with only those added stays warm
@@ -282,3 +282,14 @@ def test_startup_plan_status_from_its_lines(line, status):
     ev.feed(line, 1.0)
     layer = evidence.layer_statuses(ev, {"vllm_compile": scan()}, {"vllm_compile": scan()})["startup_plan"]
     assert layer.status == status
+
+
+def test_jit_caches_outside_vllm_are_layers_listed_when_used():
+    """CuTe DSL, TileLang and the other JIT caches of the 0.33 image get a layer each (store.layout.CACHE_LAYERS);
+    one that nothing touched is left out of the report rather than listed as unused."""
+    before = {"cute_dsl": scan(), "tilelang": scan(), "triton": scan()}
+    after = {"cute_dsl": scan(**{"cutlass_python_cache/k.mlirbc": 40}), "tilelang": scan(), "triton": scan()}
+    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    assert layers["cute_dsl"].status == "miss"
+    assert "tilelang" not in layers
+    assert layers["triton"].status == "unused"  # a core layer is listed even when unused

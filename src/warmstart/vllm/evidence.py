@@ -29,14 +29,20 @@ __all__ = ["PHASES", "LogEvidence", "Marker", "MarkerSpec", "compute_phases", "p
 LAYERS = (
     "vllm_compile",
     "startup_plan",
-    "flashinfer_autotune",
     "modelinfos",
     "vllm_other",
     "inductor",
     "triton",
     "cuda",
     "flashinfer",
+    "flashinfer_autotune",
     "deep_gemm",
+    "cute_dsl",
+    "tilelang",
+    "quack",
+    "humming",
+    "tvm_ffi",
+    "torch_extensions",
     "hf_weights",
 )
 STATUSES = ("hit", "miss", "load_failed", "unused")
@@ -47,11 +53,12 @@ COMPILE_SUBDIR = "torch_compile_cache"
 VLLM_ROOT_PARTS = {
     "vllm_compile": COMPILE_SUBDIR,  # compilation/backends.py, compilation/decorators.py
     "startup_plan": "startup_plan",  # v1/worker/startup_plan.py (_plan_path)
-    "flashinfer_autotune": "flashinfer_autotune_cache",  # model_executor/warmup/flashinfer_autotune_cache.py
     "modelinfos": "modelinfos",  # model_executor/models/registry.py (_get_cache_dir)
 }
 # Small records that save seconds at most: reported, but they do not move the verdict.
 INFORMATIONAL_LAYERS = frozenset({"modelinfos", "vllm_other"})
+# Caches that most models never touch: listed only when they hold files.
+QUIET_WHEN_UNUSED = INFORMATIONAL_LAYERS | {"cute_dsl", "tilelang", "quack", "humming", "tvm_ffi", "torch_extensions"}
 
 
 # --------------------------------------------------------------------------- directories
@@ -245,7 +252,7 @@ def layer_statuses(
             status, detail = flashinfer_autotune_status(ev, d)
         else:
             status, detail = _files_status(d)
-        if name in ("modelinfos", "vllm_other") and status == "unused":
+        if name in QUIET_WHEN_UNUSED and status == "unused":
             continue  # absent caches of minor interest: left out rather than listed empty
         if name == "inductor" and status == "unused":
             inside = [p for p in after.get("vllm_compile", TreeScan("", {})).files if "/inductor_cache/" in p]
