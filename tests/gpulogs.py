@@ -201,39 +201,33 @@ def noaot_warm() -> list[str]:
     ]
 
 
-def aot_load_failure() -> list[str]:
-    """An AOT artifact that does not load: vLLM warns, compiles again and saves anew."""
+def _compile_with_fault(fault_first: bool, fault: str) -> list[str]:
+    """A cold AOT compile with one of vLLM's two AOT warnings: a load failure before, a save failure after."""
     return [
         *head(),
         *load(30, 11.20, 12.40),
-        line(44, "aot_load_failed", BK, AOT, "Compile cache file corrupted."),
+        *([fault] if fault_first else []),
         line(44, "compile_start", BK),
         line(54, "dynamo", BK, 9.00),
         line(124, "graph_compiled", BK, "(1, 8192)", 70.00),
-        line(126, "aot_saved", BK, AOT),
+        *([] if fault_first else [fault]),
+        *([line(126, "aot_saved", BK, AOT)] if fault_first else []),
         line(126, "compile_total", BK, 81.50),
         line(128, "profile_run", BK, 2.02),
         *kv(134),
         line(162, "graph_capture", 27, 0.85),
         *tail(163, 118.40, 81.50),
     ]
+
+
+def aot_load_failure() -> list[str]:
+    """An AOT artifact that does not load: vLLM warns, compiles again and saves anew."""
+    return _compile_with_fault(True, line(44, "aot_load_failed", BK, AOT, "Compile cache file corrupted."))
 
 
 def aot_save_failure() -> list[str]:
     """A compile whose artifact cannot be written: this boot is cold, and so will the next be."""
-    return [
-        *head(),
-        *load(30, 11.20, 12.40),
-        line(44, "compile_start", BK),
-        line(54, "dynamo", BK, 9.00),
-        line(124, "graph_compiled", BK, "(1, 8192)", 70.00),
-        line(126, "aot_save_failed", BK, AOT, "[Errno 28] No space left on device"),
-        line(126, "compile_total", BK, 81.50),
-        line(128, "profile_run", BK, 2.02),
-        *kv(134),
-        line(162, "graph_capture", 27, 0.85),
-        *tail(163, 118.40, 81.50),
-    ]
+    return _compile_with_fault(False, line(126, "aot_save_failed", BK, AOT, "[Errno 28] No space left on device"))
 
 
 def multimodal() -> list[str]:
