@@ -149,6 +149,8 @@ def test_an_invalid_entry_hides_itself_and_every_later_one():
     assert [d.index for d in select_visible(physical, "1,8,2").devices] == [1]  # 8 is out of range
     assert select_visible(physical, "GPU-0000000").devices == ()  # a prefix of every UUID: ambiguous
     assert select_visible(physical, "").devices == ()
+    hidden = detect_hardware({"CUDA_VISIBLE_DEVICES": ""}, smi=smi_runner(H200X8), dev=Path("/nonexistent"))
+    assert hidden.hardware.kind == "cpu" and any("hides every GPU" in n for n in hidden.notes)
 
 
 def test_index_follows_cuda_device_order_on_a_mixed_machine():

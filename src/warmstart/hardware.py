@@ -507,7 +507,8 @@ def detect_hardware(
     else:
         if not selection.devices:
             # CUDA_VISIBLE_DEVICES hides every GPU: CUDA (and so vLLM) sees none.
-            return HardwareProbe(detect_cpu(cpuinfo), "cpuinfo", 0, selection.notes)
+            hidden = f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '')!r} hides every GPU: keyed as the CPU"
+            return HardwareProbe(detect_cpu(cpuinfo), "cpuinfo", 0, (*selection.notes, hidden))
         hardware, notes = hardware_from_devices(selection.devices, world_size)
         return HardwareProbe(hardware, "nvidia-smi", len(selection.devices), selection.notes + notes)
 
