@@ -188,6 +188,13 @@ def test_vllm_device_ids_index_the_visible_set():
     assert [d.index for d in apply_device_ids(visible, physical, "1,3").devices] == [5, 7]
     everything = select_visible(physical, None)
     assert [d.index for d in apply_device_ids(everything, physical, "GPU-00000002").devices] == [2]
+    # Without CUDA_VISIBLE_DEVICES, integers are NVML's (PCI-ordered) indices, not CUDA's order.
+    mixed = parse_smi_query(MIXED)
+    unset = select_visible(mixed, None)
+    assert names(apply_device_ids(unset, mixed, "0", visible_set=False)) == ["NVIDIA A100 80GB PCIe"]
+    assert names(apply_device_ids(unset, mixed, "0", visible_set=True)) == ["NVIDIA H100 PCIe"]
+    through_smi = detect_hardware({}, device_ids="0", smi=smi_runner(MIXED), dev=Path("/nonexistent"))
+    assert through_smi.hardware.name == "NVIDIA A100 80GB PCIe"
 
 
 # --------------------------------------------------------------------------- what the key counts

@@ -262,16 +262,18 @@ def _mixed_note(devices: Sequence[GpuDevice]) -> str:
     )
 
 
-def apply_device_ids(selection: Selection, physical: Sequence[GpuDevice], device_ids: str | None) -> Selection:
-    """vLLM 0.33's `--device-ids`: UUIDs, or integers that index the CUDA_VISIBLE_DEVICES set
-    (physical ids when it is unset). From `EngineArgs._resolve_device_ids`."""
+def apply_device_ids(
+    selection: Selection, physical: Sequence[GpuDevice], device_ids: str | None, *, visible_set: bool = True
+) -> Selection:
+    """vLLM 0.33's `--device-ids`: UUIDs, or integers that index the CUDA_VISIBLE_DEVICES set,
+    or NVML's physical (PCI-ordered) indices when it is unset. From `EngineArgs._resolve_device_ids`."""
     if not device_ids:
         return selection
     ids = [part.strip() for part in device_ids.split(",") if part.strip()]
     picked: list[GpuDevice] = []
     for entry in ids:
         if entry.isdigit():
-            pool = selection.devices if selection.devices else tuple(sorted(physical, key=_bus_key))
+            pool = selection.devices if visible_set else tuple(sorted(physical, key=_bus_key))
             found = pool[int(entry)] if int(entry) < len(pool) else None
         else:
             matches = _match_uuid(entry, physical)
@@ -472,7 +474,7 @@ def smi_selection(env: Mapping[str, str], device_ids: str | None, runner: SmiRun
         except (OSError, subprocess.SubprocessError):
             migs = []
     selection = select_visible(physical, visible, env.get("CUDA_DEVICE_ORDER"), migs)
-    return apply_device_ids(selection, physical, device_ids), len(physical)
+    return apply_device_ids(selection, physical, device_ids, visible_set=bool(visible)), len(physical)
 
 
 def _why(exc: BaseException) -> str:
