@@ -120,7 +120,10 @@ def cmd_testmodel(args: argparse.Namespace) -> int:
 
     volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
     layout = VolumeLayout(volume, on_volume=True)
-    model = write_test_model(layout.hub_cache, args.name, seed=args.seed)
+    from .dev.testmodel import parse_size
+
+    size = parse_size(args.size) if args.size else None
+    model = write_test_model(layout.hub_cache, args.name, seed=args.seed, size_bytes=size)
     print(json.dumps({"repo_id": model.repo_id, "commit": model.commit, "snapshot": str(model.snapshot)}))
     return 0
 
@@ -162,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_volume(sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub"))
     p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", help="weights of about this size (e.g. 1GiB, 4 shards) instead of the tiny model")
     p.set_defaults(func=cmd_testmodel)
 
     p = sub.add_parser("bench", help="benchmarks (JSON)")

@@ -22,6 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..weights import describe as weights_line
+
 PHASES = (
     "resolve",
     "restore",
@@ -522,6 +524,7 @@ class BootReport:
     error: str | None = None
     source: str = "boot"  # "boot" or "log"
     staged: Mapping[str, Any] | None = None  # staged mode: generation restored, problems, publish
+    weights: Mapping[str, Any] | None = None  # weights.weights_block: size, source, prefetch, vLLM's phase
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -553,6 +556,8 @@ class BootReport:
                 if pub.get("generation") is not None:
                     line += f" (generation {pub['generation']}, {pub['files']} files)"
             out.append(f"warmstart | staged   | {line}")
+        if self.weights is not None:
+            out.append(f"warmstart | weights  | {weights_line(self.weights)}")
         for reason in self.miss_reason:
             out.append(f"warmstart | why miss | {reason}")
         for warning in self.warnings:
