@@ -6,7 +6,7 @@
     warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
     warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|volume       benchmarks, printed as JSON
+    warmstart bench boot|weights|volume  benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 """
@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("boot", help="warmstart's overhead against bare vLLM, cold and warm")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/boot")
+    b = bench_sub.add_parser("weights", help="weights off the NFS-like mock volume: bare vLLM against warmstart")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/weights")
+    b.add_argument("--size", default="1GiB", help="size of the generated model's weights")
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")

@@ -90,6 +90,12 @@ def fs_type(path: str | Path) -> str:
     return kind
 
 
+# Filesystems on a local block device (or memory). Under the volume's path they are not the
+# network volume: Runpod's cached models are mounted at /runpod-volume/huggingface-cache on
+# the host's disk, with or without a network volume.
+LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "overlay", "tmpfs", "ramfs"})
+
+
 def available_ram() -> int | None:
     """Bytes a prefetch may fill: MemAvailable, capped by the cgroup's limit minus its usage."""
     avail: int | None = None
@@ -150,8 +156,13 @@ def plan_prefetch(
     """Decide whether to prefetch the snapshot's weights. Local weights are decided on their path
     alone (no file is listed), so a baked model's boot pays nothing."""
     on_volume = volume_root is not None and _is_under(snapshot, volume_root)
-    source = "downloaded" if model_source == "downloaded" else ("volume" if on_volume else "local")
-    kind = fs_type(snapshot)
+    kind = fs_type(snapshot) if on_volume else ""
+    if model_source == "downloaded":
+        source = "downloaded"
+    elif not on_volume:
+        source = "local"
+    else:
+        source = "local-disk" if kind in LOCAL_FS else "volume"
 
     def skip(reason: str, files: tuple[tuple[str, int], ...] = (), ram: int | None = None) -> WeightsPlan:
         size = sum(s for _, s in files)
@@ -159,6 +170,8 @@ def plan_prefetch(
 
     if source == "local":
         return skip("the weights are local (not on the volume): nothing to hide")
+    if source == "local-disk":
+        return skip(f"the volume's path is on a local disk ({kind}): nothing to hide")
     files = tuple(weight_files(snapshot))
     if mode == "off":
         return skip("WARMSTART_WEIGHTS_PREFETCH=off", files)

@@ -150,6 +150,12 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     if args.bench == "boot":
         result = bench_boot(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "2")))
+    elif args.bench == "weights":
+        from .weightsbench import bench_weights
+
+        result = bench_weights(
+            Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "3")), size=args.size
+        )
     else:
         from .volumebench import bench_volume
 
