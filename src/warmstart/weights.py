@@ -34,7 +34,8 @@ from typing import Any
 log = logging.getLogger("warmstart")
 
 STREAMS = 8  # concurrent readers; vLLM's own prefetch uses 8 threads, one file each
-BLOCK = 16 << 20  # bytes per read; vLLM's DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE
+BLOCK = 16 << 20  # bytes a stream takes at a time; vLLM's DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE
+READ = 1 << 20  # bytes per read call: a stop is noticed within one of them
 WEIGHT_SUFFIXES = (".safetensors",)
 FALLBACK_SUFFIXES = (".bin", ".pt")  # read by vLLM only when a snapshot has no safetensors
 
@@ -249,17 +250,25 @@ class Prefetcher:
 
     def _run(self) -> None:
         fds: dict[str, int] = {}
-        buf = bytearray(self.plan.block)
-        view = memoryview(buf)
+        buf = bytearray(min(READ, self.plan.block))
         try:
             while (block := self._take()) is not None:
                 path, offset, length = block
                 fd = fds.get(path)
                 if fd is None:
                     fd = fds[path] = os.open(path, os.O_RDONLY)
-                got = os.preadv(fd, [view[:length]], offset)
-                with self._lock:
-                    self.bytes_read += got
+                end = offset + length
+                while offset < end and not self._stop.is_set():
+                    got = (
+                        os.preadv(fd, [buf], offset)
+                        if end - offset >= len(buf)
+                        else len(os.pread(fd, end - offset, offset))
+                    )
+                    if got <= 0:
+                        break
+                    offset += got
+                    with self._lock:
+                        self.bytes_read += got
         except OSError as exc:
             with self._lock:
                 self.error = self.error or f"{exc.filename or ''}: {exc.strerror or exc}"
