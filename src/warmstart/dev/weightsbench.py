@@ -143,6 +143,7 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
                 ready = proc.wait_ready(timeout, poll_s=0.1)
             finally:
                 proc.stop()
+        print(f"bench weights | {tag}: ready {ready:.2f} s, {stamps}", file=sys.stderr, flush=True)
         if side is not None:
             side.ready.append(ready)
             if "weights" in stamps:
@@ -170,6 +171,8 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
             proc.wait(300)  # it reports, (staged) publishes, then stops vLLM itself
         report = json.loads(log_path.with_suffix(".json").read_text())
         text = log_path.read_text()
+        pre = (report.get("weights") or {}).get("prefetch")
+        print(f"bench weights | {tag}: ready {ready:.2f} s, prefetch {pre}", file=sys.stderr, flush=True)
         if side is not None:
             side.ready.append(ready)
             if (m := WEIGHTS_TOOK.search(text)) is not None:
@@ -187,6 +190,7 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
             return time.monotonic() - t0
 
     floor = volume_read()
+    print(f"bench weights | volume read {total / 1e6:.0f} MB: {floor:.2f} s", file=sys.stderr, flush=True)
     # Warm-up (not measured): the compile caches of both engines' sides, and warmstart's generation.
     run_bare(None, False, "warmup-bare")
     run_warmstart(None, "warmup-warmstart")
