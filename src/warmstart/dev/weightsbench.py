@@ -112,7 +112,7 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
 
     with nfs_mounted(backing, mnt):
         resolved = resolve(MODEL, None, layout.hub_cache, no_download_reason="benchmark")
-    files = weight_files(resolved.path)
+        files = weight_files(resolved.path)
     total = sum(s for _, s in files)
 
     def bare_argv(port: int, prefetch: bool) -> list[str]:
