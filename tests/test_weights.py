@@ -145,3 +145,53 @@ def test_prefetch_runs_during_vllms_bootstrap_and_the_block_tells_the_truth(tmp_
     assert weights["vllm_weights_s"] == report["phases"]["weights"] is not None
     line = [x for x in result.stderr.splitlines() if x.startswith("warmstart | weights  | ") and "prefetch done" in x]
     assert len(line) == 1 and "during vLLM's bootstrap" in line[0]
+
+
+def test_sharded_model_files_index_every_tensor_once():
+    import struct
+
+    from warmstart.dev.testmodel import Shape, model_files
+
+    shape = Shape(hidden=128, heads=2, kv_heads=1, layers=4, intermediate=256, vocab=512, shards=3)
+    files = model_files(1, shape)
+    index = json.loads(files["model.safetensors.index.json"])
+    shards = sorted(n for n in files if n.endswith(".safetensors"))
+    assert shards == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    seen: dict[str, str] = {}
+    for shard in shards:
+        data = files[shard]
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8 : 8 + n])
+        header.pop("__metadata__")
+        assert max(v["data_offsets"][1] for v in header.values()) == len(data) - 8 - n
+        seen.update(dict.fromkeys(header, shard))
+    assert seen == index["weight_map"]
+    assert sum(files[s].__len__() for s in shards) > index["metadata"]["total_size"]
+
+
+def test_weights_block_counts_the_overlap_on_one_clock():
+    from warmstart.weights import WeightsPlan, describe, weights_block
+
+    plan = WeightsPlan("/v/snap", "volume", "fuse", (("/v/a", 600), ("/v/b", 400)), 1000, "prefetch", "on the volume")
+    reader = Prefetcher(plan)
+    reader._blocks = [("/v/a", 0, 600), ("/v/b", 0, 400)]
+    reader.started, reader.finished, reader.bytes_read, reader.status = 100.0, 110.0, 1000, "done"
+    # vLLM started at 101 and began loading 20 s later: the whole read after 101 was hidden.
+    block = weights_block(
+        plan,
+        reader,
+        engine_started=101.0,
+        load_start_t=20.0,
+        bytes_at_load_start=1000,
+        phases={"bootstrap": 20.0, "weights": 1.5},
+    )
+    pre = block["prefetch"]
+    assert pre["seconds"] == 10.0 and pre["overlap_s"] == 9.0 and pre["finished_before_load"] is True
+    assert pre["streams"] == 2 and pre["mb_s"] == round(1000 / 1e6 / 10, 1)
+    assert block["vllm_weights_s"] == 1.5 and block["bytes"] == 1000
+    # Loading began at 106: only 5 s of the read overlapped the bootstrap.
+    late = weights_block(plan, reader, engine_started=101.0, load_start_t=5.0, bytes_at_load_start=400, phases={})[
+        "prefetch"
+    ]
+    assert late["overlap_s"] == 5.0 and late["finished_before_load"] is False
+    assert "9.0 s of it during vLLM's bootstrap" in describe(block)

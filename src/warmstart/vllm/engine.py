@@ -179,6 +179,13 @@ class EngineProcess:
         return self.proc.poll() if self.proc else None
 
     def healthy(self, timeout: float = 2.0) -> bool:
+        """GET /health == 200. Until the port accepts connections (most of a boot), a refused
+        connect answers without urllib, whose opener and proxy lookup cost CPU vLLM needs."""
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=timeout):
+                pass
+        except OSError:
+            return False
         try:
             with urllib.request.urlopen(self.base_url + "/health", timeout=timeout) as resp:
                 return resp.status == 200
