@@ -88,10 +88,13 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
     backing = workdir / "backing"
     repo = "models--" + MODEL.replace("/", "--")
     _link_tree(model.hub_cache / repo, backing / "huggingface-cache" / "hub" / repo)
-    for stale in ("bare-cache", "local", "logs"):
+    # BENCH_KEEP_CACHES=1 (experiments): keep the warm compile caches of an earlier run, skip the warm-ups.
+    keep = os.environ.get("BENCH_KEEP_CACHES") == "1" and (workdir / "bare-cache").exists()
+    for stale in ("logs",) if keep else ("bare-cache", "local", "logs"):
         shutil.rmtree(workdir / stale, ignore_errors=True)
     (workdir / "logs").mkdir()
-    shutil.rmtree(backing / "warmstart", ignore_errors=True)  # warmstart's records and staged generations
+    if not keep:
+        shutil.rmtree(backing / "warmstart", ignore_errors=True)  # warmstart's records and staged generations
     mnt = workdir / "volume"
 
     env_base = {
@@ -151,13 +154,13 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
             if "load" in stamps:
                 side.bootstrap.append(stamps["load"])
 
-    def run_warmstart(side: Side | None, tag: str) -> None:
+    def run_warmstart(side: Side | None, tag: str, extra_env: dict[str, str] | None = None) -> None:
         port = free_port()
         log_path = workdir / "logs" / f"{tag}.log"
         argv = [str(Path(sys.executable).parent / "warmstart"), "boot", "--json"]
         with nfs_mounted(backing, mnt), open(log_path, "w") as err, open(log_path.with_suffix(".json"), "w") as out:
             launched = time.monotonic()
-            proc = subprocess.Popen(argv, env={**env_base, "VLLM_PORT": str(port)}, stdout=out, stderr=err)
+            proc = subprocess.Popen(argv, env={**env_base, **(extra_env or {}), "VLLM_PORT": str(port)}, stdout=out, stderr=err)
             probe = EngineProcess([], {}, port)
             probe.started_mono = launched
             while not probe.healthy(timeout=1.0):
@@ -192,19 +195,30 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
     floor = volume_read()
     print(f"bench weights | volume read {total / 1e6:.0f} MB: {floor:.2f} s", file=sys.stderr, flush=True)
     # Warm-up (not measured): the compile caches of both engines' sides, and warmstart's generation.
-    run_bare(None, False, "warmup-bare")
-    run_warmstart(None, "warmup-warmstart")
+    if not keep:
+        run_bare(None, False, "warmup-bare")
+        run_warmstart(None, "warmup-warmstart")
 
     bare, bare_pf, ws = Side("bare"), Side("bare_prefetch"), Side("warmstart")
-    runs = [
-        lambda i: run_bare(bare, False, f"bare-{i}"),
-        lambda i: run_bare(bare_pf, True, f"bare_prefetch-{i}"),
-        lambda i: run_warmstart(ws, f"warmstart-{i}"),
-    ]
+    both = Side("warmstart_vllm_prefetch")  # warmstart plus vLLM's own prefetch flag: the decision's evidence
+    flag = {"VLLM_EXTRA_ARGS": "--safetensors-load-strategy prefetch"}
+    every = {
+        "bare": lambda i: run_bare(bare, False, f"bare-{i}"),
+        "bare_prefetch": lambda i: run_bare(bare_pf, True, f"bare_prefetch-{i}"),
+        "warmstart": lambda i: run_warmstart(ws, f"warmstart-{i}"),
+        "warmstart_vllm_prefetch": lambda i: run_warmstart(both, f"warmstart_vllm_prefetch-{i}", flag),
+    }
+    chosen = os.environ.get("BENCH_WEIGHTS_SIDES", "bare,bare_prefetch,warmstart").split(",")
+    runs = [every[name] for name in chosen]
     for i in range(repeats):
-        for j in range(3):  # rotate the order each round, so drift hits every side
-            runs[(i + j) % 3](i)
+        for j in range(len(runs)):  # rotate the order each round, so drift hits every side
+            runs[(i + j) % len(runs)](i)
 
+    if chosen != ["bare", "bare_prefetch", "warmstart"]:  # an experiment: the sides it ran, no goals
+        sides = {"bare": bare, "bare_prefetch": bare_pf, "warmstart": ws, "warmstart_vllm_prefetch": both}
+        return {"benchmark": "weights", "experiment": chosen, "bytes": total, "volume_read_s": round(floor, 2)} | {
+            name: sides[name].summary() for name in chosen
+        }
     b, p, w = bare.summary(), bare_pf.summary(), ws.summary()
     result: dict[str, Any] = {
         "benchmark": "weights",
