@@ -160,7 +160,8 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
         argv = [str(Path(sys.executable).parent / "warmstart"), "boot", "--json"]
         with nfs_mounted(backing, mnt), open(log_path, "w") as err, open(log_path.with_suffix(".json"), "w") as out:
             launched = time.monotonic()
-            proc = subprocess.Popen(argv, env={**env_base, **(extra_env or {}), "VLLM_PORT": str(port)}, stdout=out, stderr=err)
+            env = {**env_base, **(extra_env or {}), "VLLM_PORT": str(port)}
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
             probe = EngineProcess([], {}, port)
             probe.started_mono = launched
             while not probe.healthy(timeout=1.0):
