@@ -209,7 +209,7 @@ class Prefetcher:
 
     Each thread opens the files itself (one stream per thread on a network filesystem) and
     takes the next block from a shared cursor, so the first shard vLLM loads arrives first
-    and every stream stays busy to the end. `stop()` ends it within one block per stream."""
+    and every stream stays busy to the end. `stop()` ends each stream within one read (1 MiB)."""
 
     plan: WeightsPlan
     clock: Callable[[], float] = time.monotonic
@@ -294,7 +294,7 @@ class Prefetcher:
 
     def stop(self, reason: str, *, wait: bool = True) -> None:
         """Stop reading (the engine failed, or vLLM has loaded its weights). Each stream ends after
-        its current block; `wait` blocks until they have (not from vLLM's log reader)."""
+        its current read; `wait` blocks until they have (never from vLLM's log reader)."""
         if self.status != "running":
             return
         with self._lock:
