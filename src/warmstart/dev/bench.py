@@ -150,6 +150,13 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     if args.bench == "boot":
         result = bench_boot(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "2")))
+    elif args.bench == "serve":
+        from .servebench import bench_api, bench_serve
+
+        if args.api:
+            result = bench_api(Path(args.workdir).resolve(), jobs=args.jobs or 30, concurrency=args.concurrency)
+        else:
+            result = bench_serve(jobs=args.jobs or 3000, concurrency=args.concurrency)
     else:
         from .volumebench import bench_volume
 
