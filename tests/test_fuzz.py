@@ -451,6 +451,7 @@ def test_schemathesis_finds_no_server_error(tmp_path: Path, volume, tiny_model, 
                 "none",
             ],
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "NO_COLOR": "1"},
+            cwd=tmp_path,  # its cache of crashes (.schemathesis/) stays out of the work tree
             capture_output=True,
             text=True,
             timeout=600,
