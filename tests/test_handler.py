@@ -100,6 +100,21 @@ def test_bad_input_says_what_was_wrong(job_input, message):
     assert message in str(info.value)
 
 
+def test_the_engine_session_does_not_cap_concurrency_below_max_concurrency():
+    """MAX_CONCURRENCY may exceed aiohttp's default pool of 100 connections; the SDK's
+    concurrency modifier is the only limit."""
+    state = JobHandler("http://127.0.0.1:1", SERVED, 5, lambda: None, lambda: None)
+
+    async def limit() -> int:
+        session = await state.session()
+        try:
+            return session.connector.limit
+        finally:
+            await session.close()
+
+    assert asyncio.run(limit()) == 0
+
+
 def test_handler_is_an_async_generator_function():
     state = JobHandler("http://127.0.0.1:1", SERVED, 5, lambda: None, lambda: None)
     assert inspect.isasyncgenfunction(make_handler(state))
@@ -175,7 +190,7 @@ def test_runpod_entry_is_thin():
 
 
 STREAM = (
-    b'data: {"a": 1}\n\n'
+    b'data: {"a": 1}\n\n' + 'data: {"t": "line\u2028sep \x85 \x0c \x1c"}\n\n'.encode() + b""
     b": a comment\r\n"
     b"event: message\r\n"
     b'data: {"b":\r\n'
@@ -183,7 +198,8 @@ STREAM = (
     b"data:[DONE]\n\n"
     b"data: tail without its blank line"
 )
-EVENTS = ['{"a": 1}', '{"b":\n2}', "[DONE]", "tail without its blank line"]
+# vLLM's JSON carries U+2028, NEL and form feeds unescaped in generated text: not line ends.
+EVENTS = ['{"a": 1}', '{"t": "line\u2028sep \x85 \x0c \x1c"}', '{"b":\n2}', "[DONE]", "tail without its blank line"]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64, len(STREAM)])

@@ -228,7 +228,11 @@ class JobHandler:
 
         if self._session is None or self._session.closed:
             timeout = aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=10)
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            # No pool limit of its own (aiohttp's default is 100 connections): how many jobs run
+            # at once is the Runpod SDK's concurrency modifier's call (MAX_CONCURRENCY), and a
+            # hidden cap here would queue jobs that Runpod counts as running.
+            connector = aiohttp.TCPConnector(limit=0)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session
 
     async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[Any]:
@@ -303,7 +307,7 @@ class SSEParser:
     """The `data:` payloads of a server-sent event stream, fed the bytes as they arrive.
 
     Bytes are parsed up to the last complete line; the rest waits for the next feed, so a
-    line (or a `\\r\\n`) split across reads is read whole. An event ends at a blank line;
+    line (or a CR LF) split across reads is read whole. An event ends at a blank line;
     its `data:` lines are joined with newlines; other fields and comments are skipped.
     """
 
@@ -334,7 +338,12 @@ class SSEParser:
     def _lines(self, complete: bytes) -> list[str]:
         events: list[str] = []
         data = self._data
-        for line in complete.decode("utf-8", errors="replace").splitlines():
+        text = complete.decode("utf-8", errors="replace")
+        # Split on "\n" only: str.splitlines() would also cut at U+2028, U+0085 or a form
+        # feed, which vLLM's JSON carries unescaped inside generated text.
+        for line in (text[:-1] if text.endswith("\n") else text).split("\n"):
+            if line.endswith("\r"):
+                line = line[:-1]
             if not line:
                 if data:
                     events.append("\n".join(data))
