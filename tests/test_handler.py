@@ -189,14 +189,17 @@ def test_runpod_entry_is_thin():
     assert len(entry.splitlines()) < 20
 
 
-STREAM = (
-    b'data: {"a": 1}\n\n' + 'data: {"t": "line\u2028sep \x85 \x0c \x1c"}\n\n'.encode() + b""
-    b": a comment\r\n"
-    b"event: message\r\n"
-    b'data: {"b":\r\n'
-    b"data: 2}\r\n\r\n"
-    b"data:[DONE]\n\n"
-    b"data: tail without its blank line"
+STREAM = b"".join(
+    [
+        b'data: {"a": 1}\n\n',
+        'data: {"t": "line\u2028sep \x85 \x0c \x1c"}\n\n'.encode(),
+        b": a comment\r\n",
+        b"event: message\r\n",
+        b'data: {"b":\r\n',
+        b"data: 2}\r\n\r\n",
+        b"data:[DONE]\n\n",
+        b"data: tail without its blank line",
+    ]
 )
 # vLLM's JSON carries U+2028, NEL and form feeds unescaped in generated text: not line ends.
 EVENTS = ['{"a": 1}', '{"t": "line\u2028sep \x85 \x0c \x1c"}', '{"b":\n2}', "[DONE]", "tail without its blank line"]
