@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 from .cachekey import (
@@ -30,8 +31,8 @@ from .model import ResolvedModel, resolve
 from .redact import Redactor
 from .settings import Settings
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
-from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
+from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
+from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
@@ -63,6 +64,7 @@ class BootPlan:
     warnings: tuple[str, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
+    publish_blocked: str | None = None  # why nothing may be published (a read-only or full volume)
 
     @property
     def mode(self) -> str:
@@ -129,7 +131,21 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     t0 = time.monotonic()
     warnings = list(settings.warnings)
     layout = choose_layout(settings.volume, settings.local_cache_dir)
-    if not layout.on_volume:
+    read_only_hubs: tuple[Path, ...] = ()
+    read_only_volume: VolumeLayout | None = None
+    if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
+        # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
+        # the model from it; keep caches and records on local disk; publish nothing.
+        read_only_volume = layout
+        message = (
+            f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
+            f"at {settings.local_cache_dir}, and nothing will be published"
+        )
+        warnings.append(message)
+        log.warning("warmstart | volume   | %s", message)
+        read_only_hubs = (layout.hub_cache,)
+        layout = VolumeLayout(settings.local_cache_dir, on_volume=False)
+    elif not layout.on_volume:
         warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
         log.warning(
             "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
@@ -143,7 +159,8 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         layout.hub_cache,
         token=settings.hf_token,
         no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(settings.baked_hf_cache,) if settings.baked_hf_cache else (),
+        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
     )
     stage(
         "model",
@@ -172,6 +189,10 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
             # Caches live on local disk; the volume holds the key's published generations.
             staged = StagedStore(layout.key_dir(key) / "staged")
             dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
+        elif read_only_volume is not None:
+            # Generations published to it earlier can still be restored (into local disk).
+            if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
+                staged = StagedStore(read_only_volume.key_dir(key) / "staged")
         else:
             warnings.append("WARMSTART_CACHE_MODE=staged needs a volume: caches stay local")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
@@ -190,6 +211,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         tuple(warnings),
         time.monotonic() - t0,
         staged,
+        publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
     )
 
 
@@ -227,7 +249,11 @@ class Boot:
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
-        self.store.touch()
+        try:
+            self.store.touch()
+        except OSError as exc:  # a full or vanished volume: boot anyway, say so
+            self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
+            log.warning("warmstart | store    | could not write the key's manifest on the volume: %s", exc)
         if plan.staged is not None:
             self.restore()
         plan.cache_dirs.create()
@@ -268,6 +294,13 @@ class Boot:
                 result.seconds,
                 plan.staged.root,
             )
+        elif result.problems:
+            stage(
+                "restore",
+                "nothing could be restored from %s (%d problem(s) above): starting cold",
+                plan.staged.root,
+                len(result.problems),
+            )
         else:
             stage("restore", "no generation to restore in %s: starting cold", plan.staged.root)
 
@@ -277,6 +310,22 @@ class Boot:
         if plan.staged is None:
             return None
         settings = plan.settings
+        step("boot:publish")
+        if plan.publish_blocked is not None:  # said once already, in the volume line
+            self.published = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
+            stage("publish", "skipped: %s", self.published.detail)
+            return self.published
+        key_dir = plan.staged.root.parent
+        if not key_dir.is_dir():
+            # The volume went away after the boot began (unmounted, or the key's directory was
+            # removed): publishing would recreate the tree on whatever is at that path now.
+            result = PublishResult(
+                "skipped",
+                detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
+            )
+            self.published = result
+            log.warning("warmstart | publish  | %s", result.detail)
+            return result
         stage("publish", "publishing new cache files to %s", plan.staged.root)
         result = publish(
             plan.staged,
@@ -374,10 +423,16 @@ class Boot:
             argv.append(arg)
         env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
         env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
+        # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,
+        # recorded so that a miss they cause is named.
+        torch_env = {k: v for k, v in {**os.environ, **self.plan.engine_env}.items() if k.startswith("TORCHINDUCTOR_")}
+        torch_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
         return {
             "key_factors": self.plan.key.factors,
             "engine_argv": argv,
             "vllm_env": self.redactor.mapping(key_vllm_env(env)),
+            "torch_env": self.redactor.mapping(dict(sorted(torch_env.items()))),
             "engine_python": self.plan.engine.python,
             "home": os.environ.get("HOME", ""),
         }
@@ -408,7 +463,7 @@ class Boot:
             warnings += [f"restore skipped {p}" for p in self.restored.problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
-        if self.published is not None and self.published.status == "failed":
+        if self.published is not None and self.published.status in ("failed", "skipped") and not plan.publish_blocked:
             warnings.append(self.published.detail)
         if self.store is not None:
             warnings += self.store.warnings

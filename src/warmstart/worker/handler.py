@@ -221,6 +221,7 @@ class JobHandler:
     request_timeout_s: float
     boot_report: Callable[[], Mapping[str, Any] | None]
     engine_failure: Callable[[], str | None]  # a message once vLLM has died, else None
+    api_key: str | None = field(default=None, repr=False)  # vLLM started with --api-key wants it on /v1
     _session: Any = field(default=None, repr=False)
 
     async def session(self) -> Any:
@@ -232,7 +233,8 @@ class JobHandler:
             # at once is the Runpod SDK's concurrency modifier's call (MAX_CONCURRENCY), and a
             # hidden cap here would queue jobs that Runpod counts as running.
             connector = aiohttp.TCPConnector(limit=0)
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+            self._session = aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector)
         return self._session
 
     async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[Any]:
