@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 from .cachekey import (
@@ -27,14 +28,14 @@ from .cachekey import (
     key_vllm_env,
     probe_engine,
 )
-from .model import ResolvedModel, resolve
+from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
-from .settings import Settings
+from .settings import Settings, is_vllm_variable
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
 from .vllm import evidence
-from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
+from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
 
 log = logging.getLogger("warmstart")
@@ -63,6 +64,12 @@ class BootPlan:
     warnings: tuple[str, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
+    vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
+
+    @property
+    def model_arg(self) -> Path:
+        """The model path on vLLM's command line."""
+        return self.vllm_model or self.model.path
 
     @property
     def mode(self) -> str:
@@ -76,7 +83,7 @@ class BootPlan:
             "key_dir": str(self.layout.key_dir(self.key)),
             "on_volume": self.layout.on_volume,
             "factors": self.key.factors,
-            "model": model_summary(self.model),
+            "model": model_summary(self.model, self.model_arg),
             "env": redactor.mapping(dict(self.engine_env)),
             "cache_mode": self.mode,
             "staged_store": str(self.staged.root) if self.staged else None,
@@ -84,11 +91,14 @@ class BootPlan:
         }
 
 
-def model_summary(model: ResolvedModel) -> dict[str, Any]:
+def model_summary(model: ResolvedModel, vllm_path: Path | None = None) -> dict[str, Any]:
+    """The report's `model` block. `path` is where the snapshot really is (volume or image);
+    `vllm_path` is the stable path vLLM was given, which its compile hash depends on."""
     return {
         "name": model.name,
         "revision": model.revision,
         "path": str(model.path),
+        "vllm_path": str(vllm_path or model.path),
         "source": model.source,
         "files": model.files,
         "bytes": model.bytes,
@@ -168,6 +178,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         tuple(warnings),
         time.monotonic() - t0,
         staged,
+        vllm_model_path(model, settings.local_cache_dir),
     )
 
 
@@ -192,6 +203,7 @@ class Boot:
     restored: RestoreResult | None = None
     published: PublishResult | None = None
     worker: str = field(default_factory=worker_id)
+    engine_env: dict[str, str] = field(default_factory=dict)  # the environment vLLM was started with
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
@@ -316,13 +328,27 @@ class Boot:
             },
         }
 
+    def link_model(self) -> None:
+        """Point the stable model path at this boot's snapshot. If the link cannot be made, vLLM
+        gets the snapshot's own path: it boots, but its compile hash follows the snapshot's place."""
+        plan = self.plan
+        if plan.vllm_model is None:
+            return
+        try:
+            if link_model(plan.vllm_model, plan.model.path):
+                stage("model", "vLLM path %s -> %s", plan.vllm_model, plan.model.path)
+        except OSError as exc:
+            warning = f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
+            log.warning("warmstart | model    | %s", warning)
+            self.plan = replace(plan, vllm_model=None, warnings=(*plan.warnings, warning))
+
     def start(self) -> None:
+        self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
-        self.argv = engine_command(plan.engine, plan.settings, plan.model.path, port)
-        env = dict(os.environ)
-        env.update(plan.engine_env)
-        env["PYTHONUNBUFFERED"] = "1"
+        self.argv = engine_command(plan.engine, plan.settings, plan.model_arg, port)
+        env = engine_environment(os.environ, plan.engine_env)
+        self.engine_env = env
         self.engine = EngineProcess(
             self.argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text
         )
@@ -348,8 +374,8 @@ class Boot:
                 skip = True
                 continue
             argv.append(arg)
-        env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
-        env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        given = self.engine_env or engine_environment(os.environ, self.plan.engine_env)
+        env = {k: v for k, v in given.items() if is_vllm_variable(k)}
         return {
             "key_factors": self.plan.key.factors,
             "engine_argv": argv,
@@ -412,7 +438,7 @@ class Boot:
             phases=phases,
             caches=caches,
             vllm_version=plan.engine.vllm,
-            model=model_summary(plan.model),
+            model=model_summary(plan.model, plan.model_arg),
             hardware=plan.hardware.as_dict(),
             mode=plan.mode,
             on_volume=plan.layout.on_volume,
