@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from warmstart.cachekey import EngineInfo
-from warmstart.settings import WRAPPER_VARIABLES, SettingsError, from_env
+from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, SettingsError, from_env
 from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
 
 BASE = {"MODEL_NAME": "org/model"}
@@ -179,3 +180,9 @@ def test_engine_environment_withholds_the_wrapper_settings():
 @pytest.mark.parametrize("name", [v for v in WRAPPER_VARIABLES if v.startswith("VLLM_")])
 def test_no_vllm_prefixed_wrapper_variable_reaches_vllm(name):
     assert name not in engine_environment({name: "1"}, {})
+
+
+def test_readme_key_column_is_engine_flags_in_key():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|$", readme, flags=re.M))
+    assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}
