@@ -167,6 +167,10 @@ def test_key_command_prints_key_and_mapping_without_secrets(tmp_path, volume, ti
     assert "hf_supersecretvalue42" not in result.stdout + result.stderr
     assert "sk-anothersecret77" not in result.stdout + result.stderr
     assert not key_dir.exists(), "`warmstart key` must not create anything"
+    stable = tmp_path / ".cache" / "warmstart" / "models" / "warmstart--tiny-llama" / tiny_model.commit
+    assert data["model"]["path"] == str(tiny_model.snapshot)
+    assert data["model"]["vllm_path"] == data["factors"]["vllm_model"] == str(stable)
+    assert not stable.parent.exists(), "the link is made by the boot, not by `warmstart key`"
 
 
 def test_staged_mapping_points_at_local_disk(tmp_path, volume, tiny_model, fake_vllm_python):
