@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 from .cachekey import (
@@ -32,6 +33,7 @@ from .redact import Redactor
 from .settings import Settings
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
+from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
@@ -192,6 +194,7 @@ class Boot:
     restored: RestoreResult | None = None
     published: PublishResult | None = None
     worker: str = field(default_factory=worker_id)
+    marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
@@ -201,6 +204,7 @@ class Boot:
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
         plan = self.plan
+        self.mark_booting()
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
         self.store.touch()
@@ -217,6 +221,31 @@ class Boot:
             present,
             plan.cache_dirs.base,
         )
+
+    def mark_booting(self) -> None:
+        """Tell `warmstart gc` that this key is booting, before the key's directory is touched.
+        It expires after the longest a boot may take; a marker left by a killed process on this
+        machine is dead at once (its pid is gone)."""
+        plan = self.plan
+        try:
+            self.marker = write_boot_marker(
+                plan.layout,
+                plan.key.dirname,
+                self.worker,
+                plan.settings.startup_timeout_s + plan.settings.lease_ttl_s,
+                model=plan.model.repo_id,
+                revision=plan.model.revision,
+            )
+        except OSError as exc:
+            log.warning("warmstart | store    | could not mark the boot in progress on the volume: %s", exc)
+
+    def unmark_booting(self) -> None:
+        if self.marker is not None:
+            try:
+                self.marker.unlink()
+            except OSError:
+                pass
+            self.marker = None
 
     @property
     def expected(self) -> str | None:
@@ -439,8 +468,10 @@ class Boot:
             self.store.record_boot(report.to_dict())
         except OSError as exc:  # a full or read-only volume must not take the worker down
             log.warning("warmstart | store    | could not record the boot on the volume: %s", exc)
+        self.unmark_booting()
 
     def stop(self) -> int | None:
+        self.unmark_booting()
         if self.engine is None:
             return None
         return self.engine.stop()
