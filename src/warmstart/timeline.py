@@ -44,7 +44,7 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 .legend { display: flex; flex-wrap: wrap; gap: 12px; margin: 8px 0 16px; }
 .legend span { display: inline-flex; align-items: center; gap: 4px; }
 .legend i { width: 14px; height: 14px; display: inline-block; border-radius: 3px; }
-.boot { display: grid; grid-template-columns: 230px 1fr; gap: 4px 12px; padding: 10px 0;
+.boot { display: grid; grid-template-columns: 230px 1fr; gap: 4px 12px; padding: 24px 0 10px;
         border-top: 1px solid #e4e7eb; }
 .who { font-size: 13px; }
 .verdict { display: inline-block; color: #fff; border-radius: 4px; padding: 1px 8px; font-weight: 600; }
@@ -59,7 +59,7 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 .bar:hover::after { content: attr(data-tip); position: absolute; bottom: 34px; left: 0; background: #1f2933;
                     color: #fff; padding: 3px 8px; border-radius: 4px; white-space: nowrap; font-size: 12px; }
 .ready { position: absolute; top: -4px; bottom: -4px; width: 2px; background: #111; }
-.ready span { position: absolute; top: -2px; left: 6px; font-size: 12px; font-weight: 600; white-space: nowrap;
+.ready span { position: absolute; top: -20px; font-size: 12px; font-weight: 600; white-space: nowrap;
               background: rgba(255,255,255,.85); padding: 0 3px; }
 .caches { grid-column: 2; display: flex; flex-wrap: wrap; gap: 6px; font-size: 12px; }
 .chip { border-radius: 10px; padding: 0 8px; color: #fff; }
@@ -76,13 +76,14 @@ def _esc(value: Any) -> str:
 
 
 def phase_order(boots: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Phase names in the order the reports list them (data, not a fixed list)."""
+    """Phase names in the order the reports list them (data, not a fixed list), leaving out
+    phases no boot measured (vLLM logged no marker for them)."""
     order: list[str] = []
     for boot in boots:
         phases = boot.get("phases")
         if isinstance(phases, Mapping):
-            for name in phases:
-                if name not in order:
+            for name, value in phases.items():
+                if value is not None and name not in order:
                     order.append(str(name))
     return order
 
@@ -159,9 +160,11 @@ def _boot_row(index: int, boot: Mapping[str, Any], scale: float, colours: Mappin
             f'data-tip="{_esc(tip)}" style="{style}"><span class="label">{_esc(name)} {seconds:.1f}s</span></div>'
         )
     if ready is not None:
+        at = ready / scale * 100
+        side = "right:6px" if at > 70 else "left:6px"  # keep the label inside the page
         bars.append(
-            f'<div class="ready" data-ready="{ready:.3f}" style="left:{ready / scale * 100:.3f}%">'
-            f"<span>{_esc(ready_text)}</span></div>"
+            f'<div class="ready" data-ready="{ready:.3f}" style="left:{at:.3f}%">'
+            f'<span style="{side}">{_esc(ready_text)}</span></div>'
         )
     chips = []
     caches = boot.get("caches") if isinstance(boot.get("caches"), Mapping) else {}
