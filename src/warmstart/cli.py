@@ -441,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")
+    b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/predict")
     p.set_defaults(func=cmd_bench)
     return parser
 
