@@ -434,3 +434,27 @@ def test_predict_reads_samples_from_reports_and_treats_phases_as_data(volume3):
     models = predict.PhaseModels.fit(samples)
     assert "brand_new_phase" in models.phases
     assert predict.evaluate(samples)["cold"]["n"] == 3
+
+
+def test_gc_killed_halfway_through_deleting_a_key_leaves_no_half_key(volume3, tmp_path, monkeypatch):
+    layout, keys, _ = volume3
+    import warmstart.store.gc as gc_module
+
+    def killed_rmtree(path, ignore_errors=False):  # deletes some files, then the process dies
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        for p in files[: len(files) // 2]:
+            p.unlink()
+        raise Killed(str(path))
+
+    plan = plan_gc(scan_volume(layout), GcOptions(keep_last=1))
+    monkeypatch.setattr(gc_module.shutil, "rmtree", killed_rmtree)
+    with pytest.raises(Killed):
+        plan.execute()
+    monkeypatch.undo()
+    scan = scan_volume(layout)
+    assert len(scan.keys) == 2 and scan.trash_bytes > 0 and not scan.warnings
+    for key in scan.keys:
+        got = restore(StagedStore(key.path / "staged"), tmp_path / "r" / key.name, reader="t")
+        assert got.restored and not got.problems
+    plan_gc(scan_volume(layout), GcOptions(keep_last=1)).execute()
+    assert os.listdir(layout.keys_dir) == [keys[2].dirname] and not os.listdir(layout.warmstart_dir / "trash")
