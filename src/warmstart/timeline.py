@@ -64,7 +64,7 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 .caches { grid-column: 2; display: flex; flex-wrap: wrap; gap: 6px; font-size: 12px; }
 .chip { border-radius: 10px; padding: 0 8px; color: #fff; }
 .axis { grid-column: 2; position: relative; height: 16px; font-size: 11px; color: #52606d; }
-.axis span { position: absolute; transform: translateX(-50%); }
+.axis span { position: absolute; transform: translateX(-50%); white-space: nowrap; }
 .summary { margin: 8px 0 16px; }
 .summary td, .summary th { padding: 2px 12px 2px 0; text-align: left; }
 .empty { color: #52606d; }
