@@ -165,10 +165,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"  {m.name}@{m.revision[:12]}  {_size(m.bytes)}  keys: {', '.join(m.keys) or 'none'}")
     rate = f"flat ${data['price_gb_month']:.3f}/GB" if data["price"] == "flat" else "Runpod's $0.07/GB (first TB)"
     trash = f", {_size(scan.trash_bytes)} left by an interrupted gc" if scan.trash_bytes else ""
+    cost = data["monthly_cost_usd"]
     print(
         f"Total {_size(data['total_bytes'])} (keys {_size(data['keys_bytes'])}, "
         f"HF cache {_size(data['hf_cache_bytes'])}"
-        f"{trash}): about ${data['monthly_cost_usd']:.2f} per month at {rate}"
+        f"{trash}): about ${cost:.{2 if cost >= 0.01 else 4}f} per month at {rate}"
     )
     for w in scan.warnings:
         print(f"warning: {w}")

@@ -227,6 +227,8 @@ def explain_boot(key: KeyInfo, boot: Mapping[str, Any]) -> Explanation:
     else:
         why += readable_miss_reason(list(boot.get("miss_reason") or []))
     why += [f"missed layer: {m}" for m in missed]
+    if not why:
+        why.append("the report records no reason (an older report, or a layer status without detail)")
     reason = f"{verdict or 'failed'} boot, expected {expected or '?'}"
     return Explanation(key.name, True, None, reason, last_boot=summary, why=tuple(why))
 
