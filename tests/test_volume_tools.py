@@ -13,12 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from conftest import WARMSTART
+from conftest import WARMSTART, base_env
 from warmstart import explain, predict
 from warmstart.cachekey import CacheKey
 from warmstart.dev.testmodel import write_test_model
@@ -458,3 +459,34 @@ def test_gc_killed_halfway_through_deleting_a_key_leaves_no_half_key(volume3, tm
         assert got.restored and not got.problems
     plan_gc(scan_volume(layout), GcOptions(keep_last=1)).execute()
     assert os.listdir(layout.keys_dir) == [keys[2].dirname] and not os.listdir(layout.warmstart_dir / "trash")
+
+
+# --------------------------------------------------------------------------- the boot-in-progress marker
+
+
+def test_a_boot_is_marked_in_progress_until_it_fails_and_gc_keeps_its_key(tmp_path, hub_template, fake_vllm_python):
+    """Fault injection (a scripted engine that never serves): the marker lives exactly as long as the boot."""
+    volume = tmp_path / "volume"
+    shutil.copytree(hub_template[0], volume / "huggingface-cache" / "hub", symlinks=True)
+    layout = VolumeLayout(volume, on_volume=True)
+    env = base_env(volume, fake_vllm_python, tmp_path, FAKE_VLLM_MODE="hang", VLLM_STARTUP_TIMEOUT="8")
+    proc = subprocess.Popen([WARMSTART, "boot", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not scan_volume(layout).keys or not scan_volume(layout).keys[0].in_use:
+            assert proc.poll() is None and time.monotonic() < deadline, "no boot marker while the boot ran"
+            time.sleep(0.1)
+        (key,) = scan_volume(layout).keys
+        assert key.in_use == ("a boot of this key is in progress",)
+        (marker,) = (volume / "warmstart" / "booting").iterdir()
+        data = read_json(marker)
+        assert (data["key"], data["pid"], data["model"]) == (key.name, proc.pid, "warmstart/tiny-llama")
+        plan = plan_gc(scan_volume(layout), GcOptions(older_than_days=0, models=True, grace_s=0))
+        assert plan.remove_keys == ()
+        assert [m.name for m in plan.remove_models] == ["warmstart/unused-llama"]  # not the booting one
+        assert proc.wait(timeout=120) == 3  # the scripted engine never answers: startup timeout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not list((volume / "warmstart" / "booting").iterdir()), "a failed boot left its marker"
+    assert scan_volume(layout).keys[0].in_use == ()
