@@ -24,7 +24,7 @@ CONFIGS = {
     "a": {"MAX_MODEL_LEN": "256", "MAX_NUM_SEQS": "4"},
     "b": {"MAX_MODEL_LEN": "512", "MAX_NUM_SEQS": "4"},
     "c": {"MAX_MODEL_LEN": "256", "MAX_NUM_SEQS": "2"},
-    "d": {"MAX_MODEL_LEN": "384", "MAX_NUM_SEQS": "4"},  # never booted: explain's fourth configuration
+    "d": {"MAX_MODEL_LEN": "512", "MAX_NUM_SEQS": "8"},  # never booted: one factor from b, two from a and c
 }
 
 
@@ -63,8 +63,9 @@ def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python):
 
     explained = warmstart("explain", config="d")
     assert (explained["exists"], explained["next_boot"]) == (False, "cold")
-    assert explained["nearest"][0]["key"] == keys["a"]
-    assert explained["nearest"][0]["differs"] == {"MAX_MODEL_LEN": ["256", "384"]}
+    assert explained["nearest"][0]["key"] == keys["b"]
+    assert explained["nearest"][0]["differs"] == {"MAX_NUM_SEQS": ["4", "8"]}
+    assert {n["key"]: len(n["differs"]) for n in explained["nearest"][1:]} == {keys["a"]: 2, keys["c"]: 2}
     assert warmstart("explain", config="b")["next_boot"] == "warm expected"
 
     evaluated = warmstart("predict", "--evaluate")
@@ -114,7 +115,8 @@ def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python):
     history = [json.loads(line) for line in (volume / "warmstart" / "keys" / keys["c"] / "boots.jsonl").open()]
     for row, boot in zip(rows, history, strict=False):
         drawn = [p for p, _ in bars(row) if p != "(unaccounted)"]
-        assert drawn == [p for p, v in boot["phases"].items() if v is not None]
+        measured = [p for p, v in boot["phases"].items() if v is not None and p != "publish"]
+        assert drawn == measured + (["publish"] if boot["phases"].get("publish") is not None else [])
 
     predicted = warmstart("predict", config="c")
     assert predicted["key"] == keys["c"]
