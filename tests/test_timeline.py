@@ -159,6 +159,7 @@ def _boot(verdict: str, ready: float, compile_s: float, extra: dict | None = Non
     phases = {"resolve": 0.2, "restore": 0.3, "bootstrap": 20.0, "tokenizer": None, "weights": 0.4}
     phases.update({"compile": compile_s, "kv_cache": 2.0, "cudagraph": None, "api_ready": 1.0, "publish": 0.5})
     phases.update(extra or {})
+    phases = dict(sorted(phases.items()))  # as boots.jsonl stores them (json.dumps sort_keys)
     status = "miss" if verdict == "cold" else "hit"
     return {
         "verdict": verdict,
@@ -182,7 +183,8 @@ def test_timeline_puts_cold_beside_warm_and_draws_new_phases(tmp_path):
     warm_bars = [p for p, _ in bars(per_row[1])]
     base = ["resolve", "restore", "bootstrap", "weights", "compile", "kv_cache", "api_ready"]
     assert cold_bars == [*base, "(unaccounted)", "publish"]
-    assert warm_bars == [*base, "startup_plan", "(unaccounted)", "publish"]  # a phase the code never heard of
+    # A phase the code never heard of goes before api_ready; publish comes after the ready line.
+    assert warm_bars == [*base[:-1], "startup_plan", "api_ready", "(unaccounted)", "publish"]
     assert '<tr data-summary="cold"><td>cold</td><td>1</td><td>60.0 s</td></tr>' in dom
     assert 'data-layer="inductor" data-status="hit"' in dom
     png = screenshot(page, tmp_path)

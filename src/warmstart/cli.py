@@ -293,7 +293,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     samples = predict.samples_from_history(((k.name, b) for k in scan.keys for b in k.history), layers_of)
     if args.evaluate:
         data = predict.evaluate(samples)
-        print(json.dumps(data, indent=2) if args.json else json.dumps({k: data[k] for k in ("all", "cold", "warm")}))
+        keep = ("all", "cold", "warm", "baseline_mean_of_other_keys")
+        print(json.dumps(data, indent=2) if args.json else json.dumps({k: data[k] for k in keep}))
         return 0
     assert plan is not None
     if not samples:

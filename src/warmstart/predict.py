@@ -229,6 +229,7 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
 
     That is the question `predict` answers (a configuration the volume has not booted yet)."""
     results: list[HeldOut] = []
+    baseline: list[HeldOut] = []  # the mean ready time of the other keys' boots (cold or warm alike)
     for key in sorted({s.key for s in samples}):
         train = [s for s in samples if s.key != key]
         models = PhaseModels.fit(train) if train else None
@@ -238,6 +239,8 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
             got = models.predict(s.x, s.cold)
             if got is not None:
                 results.append(HeldOut(key, s.cold, s.ready_s, got[0]))
+                same = [t.ready_s for t in train if t.cold == s.cold]
+                baseline.append(HeldOut(key, s.cold, s.ready_s, sum(same) / len(same)))
 
     def stats(rows: list[HeldOut]) -> dict[str, Any]:
         if not rows:
@@ -258,6 +261,11 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
         "all": stats(results),
         "cold": stats([r for r in results if r.cold]),
         "warm": stats([r for r in results if not r.cold]),
+        "baseline_mean_of_other_keys": {
+            "all": stats(baseline),
+            "cold": stats([r for r in baseline if r.cold]),
+            "warm": stats([r for r in baseline if not r.cold]),
+        },
         "held_out": [
             {"key": r.key, "cold": r.cold, "actual_s": r.actual_s, "predicted_s": round(r.predicted_s, 2)}
             for r in results

@@ -17,6 +17,8 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .vllm.phases import PHASES
+
 # Phases drawn after the ready line (they do not delay the first request).
 AFTER_READY = frozenset({"publish"})
 
@@ -75,17 +77,29 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _rank(name: str, seen: Sequence[str]) -> tuple[float, int]:
+    """Where a phase goes on the bar. boots.jsonl stores a report's keys sorted by name, so the
+    order of a boot is taken from the pipeline's phase list; a phase it does not know (a later
+    vLLM's) goes before api_ready, in the order the reports name it."""
+    if name in PHASES:
+        return (float(PHASES.index(name)), 0)
+    anchor = PHASES.index("api_ready") if "api_ready" in PHASES else len(PHASES)
+    return (anchor - 0.5, seen.index(name) if name in seen else 0)
+
+
+def _ordered(names: Iterable[str]) -> list[str]:
+    seen = list(dict.fromkeys(names))
+    return sorted(seen, key=lambda n: _rank(n, seen))
+
+
 def phase_order(boots: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Phase names in the order the reports list them (data, not a fixed list), leaving out
-    phases no boot measured (vLLM logged no marker for them)."""
-    order: list[str] = []
+    """The phases any boot measured (vLLM logged a marker for them), in boot order."""
+    names: list[str] = []
     for boot in boots:
         phases = boot.get("phases")
         if isinstance(phases, Mapping):
-            for name, value in phases.items():
-                if value is not None and name not in order:
-                    order.append(str(name))
-    return order
+            names += [str(name) for name, value in phases.items() if value is not None]
+    return _ordered(names)
 
 
 def phase_colours(order: Sequence[str]) -> dict[str, str]:
@@ -109,8 +123,8 @@ def _segments(boot: Mapping[str, Any]) -> tuple[list[tuple[str, float, float]], 
     t = 0.0
     before: list[tuple[str, float, float]] = []
     after: list[tuple[str, float]] = []
-    for name, value in phases.items():
-        seconds = _num(value)
+    for name in _ordered(str(n) for n in phases):
+        seconds = _num(phases[name])
         if seconds is None:
             continue
         if name in AFTER_READY:
