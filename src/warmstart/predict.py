@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .vllm.phases import PHASES
+
 FEATURES = ("model_gb", "layers", "max_model_len", "max_num_seqs")
 PHASE_FEATURES: Mapping[str, tuple[str, ...]] = {
     "resolve": ("model_gb",),
@@ -186,6 +188,9 @@ class PhaseModels:
             for p in s.phases:
                 if p not in phases:
                     phases.append(p)
+        # boots.jsonl stores phases sorted by name: show them in the pipeline's order.
+        known = {name: i for i, name in enumerate(PHASES)}
+        phases.sort(key=lambda p: known.get(p, len(known) + (1 if p == UNACCOUNTED else 0)))
         models = {}
         for cold in (True, False):
             group = [s for s in samples if s.cold == cold]
