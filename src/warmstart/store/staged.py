@@ -70,6 +70,22 @@ def now() -> float:
     return time.time()
 
 
+def step(name: str) -> None:
+    """A named point of a publish or restore, for tests that must prove where a kill landed.
+
+    Inert unless WARMSTART_TEST_STEPS=1: then each step is logged (`warmstart | step | NAME`),
+    and the step named by WARMSTART_TEST_PAUSE_AT waits there until the file named by
+    WARMSTART_TEST_RESUME exists, so a test can kill, unmount or race at exactly that point.
+    """
+    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
+        return
+    log.info("warmstart | step     | %s", name)
+    if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
+        resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
+        while not resume.exists():
+            time.sleep(0.05)
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -441,6 +457,7 @@ def restore(store: StagedStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     numbers = store.generation_numbers()
+    unregistered = False
     for number in reversed(numbers):
         try:
             gen = store.load(number)
@@ -453,11 +470,20 @@ def restore(store: StagedStore, dest: Path, *, reader: str, ttl_s: float = 1800.
         try:
             store.readers.mkdir(parents=True, exist_ok=True)
             registration = _register_reader(store, reader, gen, ttl_s)
+        except OSError as exc:
+            # A read-only or full volume can still be read. Unregistered, a bundle that a
+            # collector removes meanwhile fails its check and the next generation is tried.
+            if not unregistered:
+                log.warning("warmstart | restore  | cannot register as a reader (%s): restoring unprotected", exc)
+                unregistered = True
+        try:
+            step("restore:registered")
             if not (store.generations_dir / _gen_name(number)).exists():
                 continue  # removed between listing and registering: take the next
             staging.mkdir(parents=True)
             for ref in gen.bundles:
                 _extract_bundle(store, ref, gen, staging)
+            step("restore:extracted")
         except (StoreError, OSError) as exc:
             problems.append(f"generation {number}: {exc}")
             if isinstance(exc, StoreError) and exc.bundle:
@@ -654,6 +680,7 @@ def _write_bundle(store: StagedStore, local: Path, files: Mapping[str, tuple[int
                         tar.addfile(info, handle)
             sink.flush()
             os.fsync(raw.fileno())
+        step("publish:bundle_tmp_written")
         size = hashing.size
         sha = digest.hexdigest()
         check = hashlib.sha256()
@@ -666,6 +693,7 @@ def _write_bundle(store: StagedStore, local: Path, files: Mapping[str, tuple[int
             raise StoreError(f"bundle verification failed after writing ({read} of {size} bytes read back)")
         name = f"{sha[:16]}-{uuid.uuid4().hex[:8]}.tar"
         os.rename(tmp, store.bundles / name)
+        step("publish:bundle_renamed")
         return BundleRef(name, sha, size, len(files))
     except BaseException:
         try:
@@ -704,6 +732,7 @@ def execute_publish(store: StagedStore, local: Path, plan: PublishPlan, *, publi
         gen = Generation(number, (*bundles, ref), entries, now(), publisher)
         tmp = store.generations_dir / f".tmp-{uuid.uuid4().hex}.json"
         _write_json(tmp, gen.to_json())
+        step("publish:generation_tmp_written")
         try:
             os.link(tmp, store.generations_dir / _gen_name(number))
         except FileExistsError:
@@ -718,6 +747,7 @@ def execute_publish(store: StagedStore, local: Path, plan: PublishPlan, *, publi
             bundles = newest.bundles
             number = newest.number + 1
             continue
+        step("publish:generation_linked")
         os.unlink(tmp)
         _fsync_dir(store.generations_dir)
         return PublishResult(
@@ -744,15 +774,33 @@ def publish(
     """Take the lease (waiting up to `lease_wait_s`), publish what is missing, collect garbage."""
     start = time.monotonic()
     lease = PublishLease(store, publisher, ttl_s=lease_ttl_s)
-    if not lease.acquire(lease_wait_s):
+    step("publish:start")
+    try:
+        got = lease.try_acquire()
+        if not got:
+            holder = (lease._read() or {}).get("holder", "?")
+            log.info(
+                "warmstart | publish  | the publish lease is held by %s: waiting up to %.0f s, then publishing "
+                "only what its generation lacks",
+                holder,
+                lease_wait_s,
+            )
+            step("publish:lease_busy")
+            got = lease.acquire(lease_wait_s)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return PublishResult("failed", seconds=time.monotonic() - start, detail=f"publish failed, no lease: {reason}")
+    if not got:
         return PublishResult("skipped", detail="another worker holds the publish lease")
     try:
+        step("publish:lease_held")
         plan = plan_publish(store, local, distrust=distrust)
         result = execute_publish(store, local, plan, publisher=publisher)
         try:
             collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
         except OSError as exc:
             log.warning("warmstart | publish  | garbage collection failed: %s", exc)
+        step("publish:collected")
         return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
         reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
