@@ -33,6 +33,7 @@ from .redact import Redactor
 from .settings import Settings, is_vllm_variable
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
+from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
@@ -259,6 +260,7 @@ class Boot:
     published: PublishResult | None = None
     worker: str = field(default_factory=worker_id)
     engine_env: dict[str, str] = field(default_factory=dict)  # the environment vLLM was started with
+    marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
     weights_plan: WeightsPlan | None = None
     prefetcher: Prefetcher | None = None
     load_start_t: float | None = None  # engine clock: vLLM began loading weights (its bootstrap ended)
@@ -296,6 +298,7 @@ class Boot:
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
         plan = self.plan
+        self.mark_booting()
         platform = "cuda" if plan.hardware.kind == "gpu" else "cpu"
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
@@ -318,6 +321,31 @@ class Boot:
             present,
             plan.cache_dirs.base,
         )
+
+    def mark_booting(self) -> None:
+        """Tell `warmstart gc` that this key is booting, before the key's directory is touched.
+        It expires after the longest a boot may take; a marker left by a killed process on this
+        machine is dead at once (its pid is gone)."""
+        plan = self.plan
+        try:
+            self.marker = write_boot_marker(
+                plan.layout,
+                plan.key.dirname,
+                self.worker,
+                plan.settings.startup_timeout_s + plan.settings.lease_ttl_s,
+                model=plan.model.repo_id,
+                revision=plan.model.revision,
+            )
+        except OSError as exc:
+            log.warning("warmstart | store    | could not mark the boot in progress on the volume: %s", exc)
+
+    def unmark_booting(self) -> None:
+        if self.marker is not None:
+            try:
+                self.marker.unlink()
+            except OSError:
+                pass
+            self.marker = None
 
     @property
     def expected(self) -> str | None:
@@ -614,8 +642,10 @@ class Boot:
             self.store.record_boot(report.to_dict())
         except OSError as exc:  # a full or read-only volume must not take the worker down
             log.warning("warmstart | store    | could not record the boot on the volume: %s", exc)
+        self.unmark_booting()
 
     def stop(self) -> int | None:
+        self.unmark_booting()
         self.stop_prefetch("the boot stopped")
         if self.engine is None:
             return None

@@ -170,6 +170,10 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     if args.bench == "boot":
         result = bench_boot(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "2")))
+    elif args.bench == "predict":
+        from .predictbench import bench_predict
+
+        result = bench_predict(Path(args.workdir).resolve())
     elif args.bench == "weights":
         from .weightsbench import bench_weights
 
