@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .hardware import Hardware, detect_cpu, detect_hardware
-from .model import ResolvedModel, vllm_model_path
+from .model import ResolvedModel
 from .settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, Settings, is_secret_name
 
 # Variables warmstart sets for vLLM: their values are paths, and they must not split keys.
@@ -325,8 +325,11 @@ def derive_key(
     factors: dict[str, Any] = {
         "model": model.repo_id or str(model.path),
         "revision": model.revision,
-        # vLLM hashes the model path it is given (ModelConfig.model): the stable link's path.
-        "vllm_model": str(vllm_model_path(model, settings.local_cache_dir)),
+        # vLLM hashes the model path it is given (ModelConfig.model). That is the stable link
+        # `<WARMSTART_LOCAL_CACHE>/models/<org>--<name>/<commit>` (model.vllm_model_path), built
+        # from the factors above and a directory that is one constant per image (/tmp/warmstart):
+        # keying its absolute path would split workers whose local disks merely differ. A worker
+        # whose WARMSTART_LOCAL_CACHE differs shows it in `observed.engine_argv` when vLLM misses.
         "hardware": hardware.as_dict(),
         "engine": engine.as_dict(),
         "flags": {env: value for env, value in sorted(settings.engine.items()) if env in in_key},
