@@ -14,6 +14,8 @@ the key's staged root and keep the volume's layout in every store:
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -25,6 +27,25 @@ GENERATIONS = "generations"
 BUNDLES = "bundles"
 READERS = "readers"
 LEASE = "publish.lease"
+
+
+def lease_payload(holder: str, ttl_s: float) -> dict[str, Any]:
+    """What a lease holds, in every store: who, where, until when."""
+    return {"holder": holder, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
+
+
+def lease_expired(data: dict[str, Any]) -> bool:
+    """A lease past its expiry, or held by a process on this machine that is gone (killed)."""
+    if float(data.get("expires", 0)) < time.time():
+        return True
+    if data.get("host") == socket.gethostname():
+        try:
+            os.kill(int(data.get("pid", 0)), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
 
 
 class Lease(ABC):

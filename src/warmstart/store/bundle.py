@@ -308,6 +308,8 @@ def extract_bundle(chunks: Iterator[bytes], ref: BundleRef, gen: Generation, des
         reader.drain()
         if not reader.finished:
             raise StoreError("read was cut short")
+    except StoreUnavailable:
+        raise  # the store, not the bundle: nothing is known to be wrong with it
     except StoreError as exc:
         if exc.bundle == ref.name and "is missing" in str(exc):
             raise

@@ -47,7 +47,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..vllm.evidence import scan_tree
-from .backend import BUNDLES, GENERATIONS, LEASE, READERS, BundleStore, BundleWriter, Lease
+from .backend import (
+    BUNDLES,
+    GENERATIONS,
+    LEASE,
+    READERS,
+    BundleStore,
+    BundleWriter,
+    Lease,
+    lease_expired,
+    lease_payload,
+)
 from .bundle import (
     CHUNK,
     BundleRef,
@@ -349,24 +359,11 @@ class PublishLease(Lease):
                 return now() - self.store.lease_path.stat().st_mtime > 5.0
             except OSError:
                 return True
-        if float(data.get("expires", 0)) < now():
-            return True
-        # A holder on this machine whose process is gone (killed) lost the lease at once.
-        if data.get("host") == socket.gethostname():
-            pid = int(data.get("pid", 0))
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                return False
-        return False
+        return lease_expired(data)
 
     def try_acquire(self) -> bool:
         self.store.root.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps(
-            {"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(), "expires": now() + self.ttl_s}
-        )
+        payload = json.dumps(lease_payload(self.holder, self.ttl_s))
         for _ in range(2):
             try:
                 fd = os.open(self.store.lease_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
