@@ -60,7 +60,7 @@ GET_WORKERS = 8
 PUT_WORKERS = 4
 CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 30.0
-MAX_ATTEMPTS = 2  # one retry: an unreachable endpoint must not hold a boot for long
+MAX_ATTEMPTS = 2  # the first try and one retry: an unreachable endpoint must not hold a boot for long
 LEASE_SETTLE_S = 1.0  # read-after-write lease: how long a writer waits before reading back
 PROBE = ".warmstart-conditional-probe"
 
@@ -124,7 +124,7 @@ def make_client(endpoint_url: str | None, region: str | None, *, connect_timeout
     config = Config(
         connect_timeout=connect_timeout_s,
         read_timeout=READ_TIMEOUT_S,
-        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
         max_pool_connections=GET_WORKERS + PUT_WORKERS + 4,
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
