@@ -295,6 +295,43 @@ def test_boot_with_refused_credentials_goes_on_and_prints_no_secret(tmp_path, ti
     assert SECRET_KEY not in boots and ACCESS_KEY not in boots
 
 
+def test_tiers_with_the_scripted_engine(tmp_path, endpoint, client, bucket, fake_vllm_python):
+    """The wiring, fast: what volume A publishes reaches volume B and a volume-less worker
+    through the store; B's restore is written through to volume B; an empty volume with a
+    generation in the store restores from the store, a volume with one restores from it."""
+    volume_a, volume_b = tmp_path / "dc-a", tmp_path / "dc-b"
+    for volume in (volume_a, volume_b):
+        write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
+
+    def boot(volume: Path, local: str, **extra: str) -> dict:
+        python = fake_vllm_python
+        env = boot_env(volume, python, tmp_path, endpoint, bucket, **{"WARMSTART_LOCAL_CACHE": str(tmp_path / local)})
+        env.update(extra)
+        result = run_warmstart(["boot", "--json"], env, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return json.loads(result.stdout)
+
+    a = boot(volume_a, "local-a", FAKE_VLLM_ARTIFACTS="5:20000:a")
+    assert (a["staged"]["restored_from"], a["staged"]["publish"]["status"]) == (None, "published")
+    assert a["staged"]["s3"]["publish"]["status"] == "published"
+    assert a["staged"]["s3"]["store"].startswith(f"s3://{bucket}/warmstart/keys/")
+
+    b = boot(volume_b, "local-b")
+    assert (b["expected"], b["staged"]["restored_from"]) == ("hit", "s3")
+    assert b["caches"]["inductor"]["restored_files"] == 6
+    assert b["staged"]["publish"]["status"] == "published", "written through to volume B"
+    assert b["staged"]["s3"]["publish"]["status"] == "nothing_new"
+
+    again = boot(volume_b, "local-b2")
+    assert again["staged"]["restored_from"] == "volume", "B's volume now serves B's workers"
+
+    image_hub = volume_a / "huggingface-cache" / "hub"
+    c = boot(tmp_path / "no-volume", "local-c", WARMSTART_BAKED_HF_CACHE=str(image_hub))
+    assert (c["on_volume"], c["expected"], c["staged"]["restored_from"]) == (False, "hit", "s3")
+    assert c["staged"]["publish"]["status"] == "nothing_new"
+    assert "s3" in c["staged"] and c["staged"]["s3"]["publish"] == c["staged"]["publish"]
+
+
 @pytest.mark.vllm
 def test_two_datacenters_share_one_bucket(tmp_path, endpoint, client, bucket, vllm_python):
     """Volume A and volume B (two datacenters) and a worker with no volume share one bucket:

@@ -6,7 +6,7 @@
     warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
     warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|volume       benchmarks, printed as JSON
+    warmstart bench boot|volume|s3    benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 """
@@ -172,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")
+    b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/s3")
+    b.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
+    b.add_argument("--mbps", type=float, default=100.0, help="MB/s per stream (default 100)")
     p.set_defaults(func=cmd_bench)
     return parser
 
