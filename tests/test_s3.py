@@ -160,6 +160,44 @@ def test_two_publishers_at_once_both_land_in_one_generation(client, bucket, loca
     assert not store.exists("publish.lease"), "the lease is released"
 
 
+@pytest.mark.parametrize("conditional", [True, False], ids=["if-none-match", "read-after-write-lease"])
+def test_the_lease_is_exclusive_and_expires(client, bucket, conditional):
+    store = s3_store(client, bucket, conditional=conditional)
+    first, second = store.lease("a", 60), store.lease("b", 60)
+    assert first.try_acquire()
+    assert not second.try_acquire()
+    first.release()
+    assert not store.exists("publish.lease")
+    assert second.try_acquire()
+    # A holder that died elsewhere loses the lease when it expires.
+    data = json.loads(store.read("publish.lease"))
+    data.update(expires=0, host="elsewhere")
+    store.write("publish.lease", json.dumps(data).encode())
+    third = store.lease("c", 60)
+    assert third.try_acquire()
+    assert json.loads(store.read("publish.lease"))["holder"] == "c"
+    second.release()  # no longer its lease: it must not remove c's
+    assert json.loads(store.read("publish.lease"))["holder"] == "c"
+    third.release()
+
+    # Two workers that both find no lease and write theirs at once: exactly one holds it.
+    barrier = threading.Barrier(2)
+    held = {}
+
+    def take(name: str) -> None:
+        lease = s3_store(client, bucket, conditional=conditional, lease_settle_s=0.5).lease(name, 60)
+        barrier.wait()
+        held[name] = lease.try_acquire()
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in ("x", "y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(held.values()) == [False, True], held
+    assert json.loads(store.read("publish.lease"))["holder"] == next(n for n, h in held.items() if h)
+
+
 def test_racing_generation_creates_never_clobber(client, bucket, local, tmp_path):
     """Two publishers that both think they may publish (no lease at all): the conditional
     create lets one have generation 2; the other builds on it as generation 3."""
