@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import threading
+import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import base_env, run_warmstart
+from conftest import WARMSTART, base_env, run_warmstart
 from s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
 from warmstart.dev.testmodel import write_test_model
+from warmstart.dev.throttle import throttled
 from warmstart.settings import SettingsError, from_env
 from warmstart.store.s3 import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, S3Store, make_client, parse_s3_url
 from warmstart.store.staged import collect_garbage, execute_publish, plan_publish, publish, restore
@@ -368,6 +374,58 @@ def test_tiers_with_the_scripted_engine(tmp_path, endpoint, client, bucket, fake
     assert (c["on_volume"], c["expected"], c["staged"]["restored_from"]) == (False, "hit", "s3")
     assert c["staged"]["publish"]["status"] == "nothing_new"
     assert "s3" in c["staged"] and c["staged"]["s3"]["publish"] == c["staged"]["publish"]
+
+
+def serve_until_published(env: dict[str, str], log_path: Path) -> dict:
+    """Run `warmstart serve` (local API server) until the boot report shows the S3 publish done."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [WARMSTART, "serve", "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                try:
+                    request = urllib.request.Request(
+                        f"http://127.0.0.1:{port}/runsync",
+                        data=json.dumps({"input": {"warmstart": "boot_report"}}).encode(),
+                        headers={"content-type": "application/json"},
+                    )
+                    with urllib.request.urlopen(request, timeout=30) as resp:
+                        output = json.loads(resp.read())["output"]
+                    report = output[0] if isinstance(output, list) else output  # an aggregated stream
+                    if report["staged"]["s3"]["publish"] is not None:
+                        return report
+                except (urllib.error.URLError, ConnectionError, KeyError, TypeError):
+                    pass
+                time.sleep(0.5)
+            raise AssertionError(log_path.read_text()[-3000:])
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def test_serve_publishes_to_the_store_in_the_background(
+    tmp_path, volume, tiny_model, endpoint, bucket, fake_vllm_python
+):
+    """The store is slow (300 ms per request): jobs are taken before its publish ends."""
+    with throttled(endpoint, latency_ms=300, mbps=100) as slow:
+        env = boot_env(volume, fake_vllm_python, tmp_path, slow, bucket, WARMSTART_LOCAL_CACHE=str(tmp_path / "l"))
+        report = serve_until_published(env, tmp_path / "serve.log")
+    assert report["staged"]["s3"]["publish"]["status"] == "published"
+    log = (tmp_path / "serve.log").read_text()
+    assert log.index("warmstart | serve    | taking jobs") < log.index("warmstart | publish  | s3 generation 1")
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    env = boot_env(volume, fake_vllm_python, tmp_path, dead, bucket, WARMSTART_LOCAL_CACHE=str(tmp_path / "l2"))
+    report = serve_until_published(env, tmp_path / "serve-dead.log")
+    assert report["staged"]["s3"]["publish"]["status"] == "failed", "and the worker went on serving jobs"
 
 
 @pytest.mark.vllm

@@ -297,7 +297,12 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
             continue
         registration = None
         try:
-            registration = _register_reader(store, reader, gen, ttl_s)
+            try:
+                registration = _register_reader(store, reader, gen, ttl_s)
+            except StoreUnavailable:
+                # Read-only credentials may not write: restore unregistered (a registration only
+                # delays garbage collection). An unreachable store fails at the next request.
+                registration = None
             if not store.exists(f"{GENERATIONS}/{gen_name(number)}"):
                 continue  # removed between listing and registering: take the next
             staging.mkdir(parents=True)
