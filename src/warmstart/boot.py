@@ -282,18 +282,23 @@ class Boot:
             if result.restored:
                 stage(
                     "restore",
-                    "generation %d from the %s store: %d files (%.1f MB) in %.2f s from %s",
+                    "generation %d: %d files (%.1f MB) in %.2f s from the %s store %s",
                     result.generation,
-                    tier.kind,
                     result.files,
                     result.bytes / 1e6,
                     result.seconds,
+                    tier.kind,
                     tier.location,
                 )
                 break
-            stage("restore", "no generation to restore in the %s store %s", tier.kind, tier.location)
-        if result is not None and not result.restored:
-            stage("restore", "starting cold")
+            last = tier is plan.tiers[-1]
+            stage(
+                "restore",
+                "no generation to restore in the %s store %s%s",
+                tier.kind,
+                tier.location,
+                ": starting cold" if last else "",
+            )
         self.restored = result
         self.restore_problems = tuple(problems)
 

@@ -440,9 +440,10 @@ class _S3BundleWriter(BundleWriter):
 
     def abort(self) -> None:
         try:
-            self.sink.close()
-        finally:
-            self.raw.close()
+            self.sink.close()  # flushes what is buffered: fails again on a full spool disk
+        except OSError:
+            pass
+        self.raw.close()
 
 
 class S3Lease(Lease):

@@ -235,7 +235,10 @@ class _FolderBundleWriter(BundleWriter):
         return BundleRef(name, sha256, size, files)
 
     def abort(self) -> None:
-        self.sink.close()
+        try:
+            self.sink.close()  # flushes what is buffered: fails again on a full volume
+        except OSError:
+            pass
         try:
             self.tmp.unlink()
         except OSError:
