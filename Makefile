@@ -17,7 +17,7 @@ WARMSTART_LOCAL_CACHE ?= $(CURDIR)/.local-cache
 RUNPOD_API_PORT ?= 8000
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH WARMSTART_LOCAL_CACHE
 
-.PHONY: run boot test lint install clean testmodel fuse
+.PHONY: run boot test lint install clean testmodel fuse bench-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,5 +58,13 @@ run: install testmodel
 boot: install testmodel
 	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart boot
 
+# `warmstart bench s3` serves its store with s3rver (npm): ranged GETs streamed from files.
+S3RVER_VERSION := 3.7.1
+.s3rver/.installed:
+	npm install --prefix .s3rver --no-audit --no-fund --silent s3rver@$(S3RVER_VERSION)
+	touch $@
+
+bench-tools: .s3rver/.installed
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench
+	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench .s3rver

@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workdir", default=".bench/s3")
     b.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
     b.add_argument("--mbps", type=float, default=100.0, help="MB/s per stream (default 100)")
+    b.add_argument(
+        "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
+    )
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -153,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
     elif args.bench == "s3":
         from .s3bench import bench_s3
 
-        result = bench_s3(Path(args.workdir).resolve(), latency_ms=args.latency_ms, mbps=args.mbps)
+        result = bench_s3(Path(args.workdir).resolve(), latency_ms=args.latency_ms, mbps=args.mbps, server=args.server)
     else:
         from .volumebench import bench_volume
 

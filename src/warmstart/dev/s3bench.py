@@ -1,6 +1,7 @@
 """`warmstart bench s3`: restoring a GPU-sized compile cache from a distant S3 store.
 
-A local moto server sits behind `dev.throttle` (20 ms per request and 100 MB/s per stream
+A local S3 server (s3rver: objects as files, ranges streamed; see `dev.s3server` for why
+not moto) sits behind `dev.throttle` (20 ms per request and 100 MB/s per stream
 by default: a store in another region). The synthetic cache is the volume bench's (3,452
 files, about 491 MB, `volumebench.synthetic_cache`), stored three ways (setup, untimed,
 straight to the server), then read back through the proxy onto local disk:
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..store.s3 import S3Store, make_client, parse_s3_url
 from ..store.staged import execute_publish, plan_publish, restore
-from .s3server import moto_server
+from .s3server import moto_server, s3rver_server
 from .throttle import throttled
 from .volumebench import read_tree, synthetic_cache
 
@@ -68,10 +69,10 @@ def _per_file(client: Any, dest: Path, workers: int) -> tuple[int, int]:
     return len(sizes), sum(sizes)
 
 
-def bench_s3(workdir: Path, *, latency_ms: float = 20.0, mbps: float = 100.0) -> dict[str, Any]:
-    # moto takes any credentials; none of the developer's own are needed or read.
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
+def bench_s3(workdir: Path, *, latency_ms: float = 20.0, mbps: float = 100.0, server: str = "s3rver") -> dict[str, Any]:
+    # Both servers take any credentials; the developer's own are neither needed nor read.
+    os.environ["AWS_ACCESS_KEY_ID"] = "bench"
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "bench-secret"
     shutil.rmtree(workdir, ignore_errors=True)
     source, local = workdir / "source-cache", workdir / "local"
     shape = synthetic_cache(source)
@@ -79,13 +80,14 @@ def bench_s3(workdir: Path, *, latency_ms: float = 20.0, mbps: float = 100.0) ->
     result: dict[str, Any] = {
         "benchmark": "s3",
         "store": {
-            "kind": "moto server behind dev.throttle (asyncio TCP proxy)",
+            "kind": f"{server} behind dev.throttle (asyncio TCP proxy)",
             "latency_ms_per_request": latency_ms,
             "bandwidth_mbps_per_stream": mbps,
         },
         "cache": shape,
     }
-    with moto_server() as near:
+    serving = s3rver_server(workdir / "s3rver") if server == "s3rver" else moto_server()
+    with serving as near:
         client = make_client(near, REGION)
         client.create_bucket(Bucket=BUCKET)
         store = S3Store(client, url, "bench", spool_dir=workdir)

@@ -1,6 +1,7 @@
-"""A real S3-protocol server on loopback for the tests and `bench s3`: moto's server mode.
+"""Real S3-protocol servers on loopback: moto's server mode (the tests) and s3rver (`bench s3`).
 
-moto is a dev dependency (`.[dev]`); the worker itself never needs it.
+moto is a dev dependency (`.[dev]`), s3rver an npm package (`make bench-tools`); the worker
+itself needs neither.
 """
 
 from __future__ import annotations
@@ -44,6 +45,51 @@ def moto_server(*, auth: bool = False) -> Iterator[str]:
     )
     try:
         wait_for_port(port, proc, "moto server")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+S3RVER_VERSION = "3.7.1"
+S3RVER_DIR = ".s3rver"  # `make bench-tools` installs it here (npm)
+S3RVER_FLAGS = ("--allow-mismatched-signatures", "--no-vhost-buckets")  # any credentials, path-style
+
+
+def find_s3rver() -> str:
+    """The s3rver executable: $WARMSTART_S3RVER, else ./.s3rver (made by `make bench-tools`)."""
+    configured = os.environ.get("WARMSTART_S3RVER")
+    candidate = Path(configured) if configured else Path(S3RVER_DIR) / "node_modules" / ".bin" / "s3rver"
+    if not candidate.exists():
+        raise RuntimeError(
+            f"no s3rver at {candidate}: run `make bench-tools` (npm install s3rver@{S3RVER_VERSION}) "
+            "or set WARMSTART_S3RVER"
+        )
+    return str(candidate.resolve())
+
+
+@contextlib.contextmanager
+def s3rver_server(data_dir: Path) -> Iterator[str]:
+    """Yield the endpoint URL of s3rver (Node, objects as files under `data_dir`) on 127.0.0.1.
+
+    `bench s3` uses it rather than moto: moto materialises the whole object for every ranged
+    GET (its responses slice `key.value`), so a ranged restore of a 491 MB bundle measures
+    moto, not the restore. s3rver streams ranges from the file. It ignores `If-None-Match`
+    on PUT, so publishing to it takes the read-after-write lease path.
+    """
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [find_s3rver(), "-d", str(data_dir), "-a", "127.0.0.1", "-p", str(port), "--silent", *S3RVER_FLAGS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc, "s3rver")
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
