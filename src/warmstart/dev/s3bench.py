@@ -70,9 +70,9 @@ def _per_file(client: Any, dest: Path, workers: int) -> tuple[int, int]:
 
 
 def bench_s3(workdir: Path, *, latency_ms: float = 20.0, mbps: float = 100.0, server: str = "s3rver") -> dict[str, Any]:
-    # Both servers take any credentials; the developer's own are neither needed nor read.
-    os.environ["AWS_ACCESS_KEY_ID"] = "bench"
-    os.environ["AWS_SECRET_ACCESS_KEY"] = "bench-secret"
+    # s3rver's built-in account (moto takes anything); the developer's own are neither needed nor read.
+    os.environ["AWS_ACCESS_KEY_ID"] = "S3RVER"
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "S3RVER"
     shutil.rmtree(workdir, ignore_errors=True)
     source, local = workdir / "source-cache", workdir / "local"
     shape = synthetic_cache(source)
