@@ -276,6 +276,8 @@ class S3Store(BundleStore):
                 try:
                     self.call("put_object", Key=probe, Body=b"probe", IfNoneMatch="*")
                     self._conditional = False  # the header was ignored
+                except StoreUnavailable:
+                    raise  # nothing learnt: probe again next time
                 except StoreError as exc:
                     self._conditional = _code(exc.__cause__ or exc) in _PRECONDITION
                 log.info(
