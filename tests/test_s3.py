@@ -443,7 +443,13 @@ def test_two_datacenters_share_one_bucket(tmp_path, endpoint, client, bucket, vl
         env.update(extra)
         result = run_warmstart(["boot", "--json"], env, timeout=900)
         assert result.returncode == 0, result.stderr[-4000:]
-        return json.loads(result.stdout)
+        report = json.loads(result.stdout)
+        staged = report["staged"]
+        print(  # the figures, with pytest -s
+            f"{volume.name}: {report['verdict']} ready {report['ready_s']} s, restore {report['phases']['restore']} s "
+            f"from {staged['restored_from']}, publish {staged['publish']}, s3 publish {staged['s3']['publish']}"
+        )
+        return report
 
     a = boot(volume_a, "local-a")
     assert (a["expected"], a["verdict"]) == ("miss", "cold")
