@@ -47,7 +47,8 @@ def _download(client: Any, key: str, target: Path) -> int:
 
 def _list(client: Any, prefix: str) -> list[str]:
     keys: list[str] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    # ListObjects (v1, marker paging): s3rver 3.7.1 answers a second ListObjectsV2 page with InternalError.
+    for page in client.get_paginator("list_objects").paginate(Bucket=BUCKET, Prefix=prefix):
         keys += [obj["Key"] for obj in page.get("Contents", [])]
     return keys
 
