@@ -4,8 +4,14 @@
 #   docker build -t you/warmstart-qwen --build-arg MODEL_NAME=Qwen/Qwen3-8B --secret id=HF_TOKEN .
 #
 # The vLLM version is pinned by the base image tag; warmstart reads it from vLLM's metadata.
+# v0.33.0 is built on CUDA 13.0 with forward compatibility off: hosts need a CUDA 13 driver
+# (.runpod/hub.json allows only those). src/warmstart/images.py lists tags and their CUDA;
+# for older drivers build with a CUDA 12.9 tag (README: "Hosts, drivers and image tags").
 ARG VLLM_IMAGE_TAG=v0.33.0
-FROM vllm/vllm-openai:${VLLM_IMAGE_TAG}
+# Runpod Serverless runs linux/amd64; pinned so that a build on an arm64 machine (the vLLM
+# image is published for both) does not produce an image Runpod cannot start.
+# hadolint ignore=DL3029
+FROM --platform=linux/amd64 vllm/vllm-openai:${VLLM_IMAGE_TAG}
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 

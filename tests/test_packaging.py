@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO, base_env, run_warmstart
 from warmstart.dev.testmodel import write_test_model
+from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
 from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, from_env, known_variables
 from warmstart.worker.serve import init_timeout_warning, local_api_hint
@@ -87,8 +91,95 @@ def test_dockerfile_passes_hadolint():
 def test_dockerfile_pins_the_documented_vllm_and_enters_warmstart_serve():
     dockerfile = (REPO / "Dockerfile").read_text()
     assert re.search(r"^ARG VLLM_IMAGE_TAG=v0\.33\.\d+$", dockerfile, flags=re.M)
-    assert "FROM vllm/vllm-openai:${VLLM_IMAGE_TAG}" in dockerfile
+    # Runpod runs linux/amd64: an arm64 build machine must not produce an arm64 image.
+    assert re.search(r"^FROM --platform=linux/amd64 vllm/vllm-openai:\$\{VLLM_IMAGE_TAG\}$", dockerfile, flags=re.M)
     assert 'ENTRYPOINT ["warmstart", "serve"]' in dockerfile
+
+
+def dockerfile_default_tag() -> str:
+    match = re.search(r"^ARG VLLM_IMAGE_TAG=(\S+)$", (REPO / "Dockerfile").read_text(), flags=re.M)
+    assert match, "Dockerfile has no default VLLM_IMAGE_TAG"
+    return match.group(1)
+
+
+def test_hub_files_allow_exactly_the_hosts_that_can_run_the_image():
+    """torch fails at CUDA init on a host whose driver is older than the image's CUDA
+    (VLLM_ENABLE_CUDA_COMPATIBILITY=0 in vLLM's image), so the Hub must not schedule there."""
+    tag = dockerfile_default_tag()
+    assert tag in VLLM_IMAGES, f"{tag}: add it to warmstart.images.VLLM_IMAGES with the CUDA it is built on"
+    wanted = allowed_cuda_versions(image_cuda(tag))
+    assert HUB["config"]["allowedCudaVersions"] == wanted
+    assert TESTS["config"]["allowedCudaVersions"] == wanted
+    for version in wanted:
+        assert version in RUNPOD_CUDA_VERSIONS
+
+
+def test_allowed_cuda_versions_follow_the_image():
+    assert allowed_cuda_versions("13.0") == ["13.0"]
+    assert allowed_cuda_versions("12.9") == ["13.0", "12.9"]
+    assert allowed_cuda_versions(image_cuda("v0.33.0")) == ["13.0"]
+    assert image_cuda("v0.20.2-cu129") == "12.9"
+
+
+def test_the_vllm_sdist_agrees_with_the_image_table():
+    """Where vLLM's own docker/Dockerfile is at hand (`pip download vllm==0.33.0 --no-deps`,
+    unpacked), its CUDA_VERSION and compatibility default are the ones the table records."""
+    sdist = Path(os.environ.get("WARMSTART_VLLM_SDIST", "/work/vllm-src/src/vllm-0.33.0"))
+    if not (sdist / "docker" / "Dockerfile").exists():
+        pytest.skip("no vLLM 0.33.0 sdist here (WARMSTART_VLLM_SDIST)")
+    upstream = (sdist / "docker" / "Dockerfile").read_text()
+    cuda = re.search(r"^ARG CUDA_VERSION=(\d+\.\d+)", upstream, flags=re.M)
+    assert cuda and cuda.group(1) == image_cuda("v0.33.0")
+    assert "ENV VLLM_ENABLE_CUDA_COMPATIBILITY=0" in upstream
+
+
+def dockerignore_excludes(path: str) -> bool:
+    """Whether .dockerignore leaves `path` out of the build context (Docker's rules: a pattern
+    matches the path or a parent directory, `**/` any depth, `!` re-includes, last match wins)."""
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").strip("/")
+        variants = [pattern]
+        if pattern.startswith("**/"):
+            variants += [pattern[3:], "*/" + pattern[3:], "*/*/" + pattern[3:], "*/*/*/" + pattern[3:]]
+        if any(fnmatch.fnmatchcase(c, v) and c.count("/") == v.count("/") for c in candidates for v in variants):
+            excluded = not negate
+    return excluded
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".git/HEAD",
+        ".venv/bin/python",
+        ".vllm-venv/lib/python3.11/site-packages/torch/__init__.py",
+        "volume/huggingface-cache/hub/x",
+        ".local-cache/warmstart/keys/k/cache/vllm/x",
+        ".bench/boot/bare.log",
+        "src/warmstart/__pycache__/boot.cpython-311.pyc",
+        "src/warmstart.egg-info/PKG-INFO",
+    ],
+)
+def test_dockerignore_leaves_local_state_out(path):
+    assert dockerignore_excludes(path)
+
+
+def test_dockerignore_keeps_what_the_dockerfile_copies():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    copied = [src for line in re.findall(r"^COPY (.+)$", dockerfile, flags=re.M) for src in line.split()[:-1]]
+    assert copied, "the Dockerfile copies nothing?"
+    for source in copied:
+        assert (REPO / source).exists(), source
+        assert not dockerignore_excludes(source), source
+    assert not dockerignore_excludes("src/warmstart/boot.py")
 
 
 def test_init_timeout_warning():

