@@ -111,3 +111,65 @@ def group_alive(pgid: int) -> bool:
             if int(fields[2]) == pgid and fields[0] != "Z":
                 return True
     return False
+
+
+def start_warmstart(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([WARMSTART, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_until(proc: subprocess.Popen[str], text: str, log: list[str]) -> str:
+    """Read proc's stderr into `log` until a line holds `text`; fail with the log's tail if it ends first."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        log.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"{text!r} never appeared; last lines:\n" + "".join(log[-30:]))
+
+
+def paused_env(env: dict[str, str], step: str, resume: Path) -> dict[str, str]:
+    """Make a warmstart subprocess announce its publish/restore steps and stop at `step`
+    until `resume` exists (see warmstart.store.staged.step)."""
+    return {**env, "WARMSTART_TEST_STEPS": "1", "WARMSTART_TEST_PAUSE_AT": step, "WARMSTART_TEST_RESUME": str(resume)}
+
+
+# Secrets set to sentinels in secret tests: each distinct, so a leak names its source.
+SENTINELS = {
+    "HF_TOKEN": "hf_sentinelHFtoken7c1e",
+    "RUNPOD_API_KEY": "rpa_sentinelRUNPOD9d2f",
+    "AWS_SECRET_ACCESS_KEY": "sentinelAWSsecret4b8a",
+    "DEPLOY_TOKEN": "sentinelDEPLOYtoken5e3c",
+    "WEBHOOK_SECRET": "sentinelWEBHOOKsecret2a7d",
+    "VLLM_API_KEY": "sentinelVLLMenvkey6f0b",
+}
+# Passed as `--api-key` in VLLM_EXTRA_ARGS: on vLLM's command line, and in warmstart's record of it.
+API_KEY_SENTINEL = "sentinelAPIKEYflag8c4e"
+
+
+def secret_env() -> dict[str, str]:
+    return {**SENTINELS, "VLLM_EXTRA_ARGS": f"--api-key {API_KEY_SENTINEL}"}
+
+
+def find_sentinels(texts: dict[str, str], roots: list[Path]) -> list[str]:
+    """Every place a sentinel appears: in the given texts, and in every file under `roots`,
+    tar members included (published bundles are scanned inside, not only as bytes)."""
+    import tarfile
+
+    sentinels = [*SENTINELS.values(), API_KEY_SENTINEL]
+    found = [f"{name}: {s}" for name, text in texts.items() for s in sentinels if s in text]
+
+    def scan(label: str, data: bytes) -> None:
+        found.extend(f"{label}: {s}" for s in sentinels if s.encode() in data)
+
+    for root in roots:
+        for path in root.rglob("*") if root.exists() else []:
+            if path.is_symlink() or not path.is_file():
+                continue
+            data = path.read_bytes()
+            scan(str(path), data)
+            if path.suffix == ".tar":
+                with tarfile.open(path) as tar:
+                    for member in tar:
+                        if member.isfile() and (handle := tar.extractfile(member)) is not None:
+                            scan(f"{path}!{member.name}", handle.read())
+    return found

@@ -33,9 +33,18 @@ def say(text: str) -> None:
     print(f"(APIServer pid={os.getpid()}) INFO {stamp} [fake.py:1] {text}", flush=True)
 
 
+API_KEY: str | None = None  # --api-key: /v1 routes want "Authorization: Bearer KEY", /health does not (as vLLM)
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
+
+    def _unauthorized(self) -> bool:
+        if API_KEY and self.path.startswith("/v1") and self.headers.get("Authorization") != f"Bearer {API_KEY}":
+            self._json(401, {"error": "Unauthorized"})
+            return True
+        return False
 
     def _json(self, code: int, body: object) -> None:
         data = json.dumps(body).encode()
@@ -46,6 +55,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        if self._unauthorized():
+            return
         if self.path == "/health":
             self._json(200, {})
         elif self.path == "/v1/models":
@@ -56,6 +67,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self) -> None:
+        if self._unauthorized():
+            return
         length = int(self.headers.get("content-length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path not in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
@@ -85,6 +98,8 @@ def main() -> None:
     args = sys.argv[1:]
     port = int(args[args.index("--port") + 1])
     host = args[args.index("--host") + 1]
+    global API_KEY
+    API_KEY = args[args.index("--api-key") + 1] if "--api-key" in args else None
     say("fake vLLM starting with args " + " ".join(args))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 

@@ -176,12 +176,11 @@ def test_killed_vllm_fails_the_next_job_and_the_worker_exits(worker, volume, vll
         assert report["verdict"] == "warm"
         pgid = second.vllm_pgid()
         os.kill(pgid, signal.SIGKILL)  # the API server process; the group leader
-        killed = time.monotonic()
         result = second.runsync(POEM)
         assert result["output"][0]["error"].startswith("vLLM stopped serving (exit code -9)"), result
-        second.proc.wait(30)
+        second.proc.wait(60)  # a guard against a hang, not a speed claim
         assert second.proc.returncode == 3
-        assert time.monotonic() - killed < 15
+        assert "vLLM stopped serving (exit code -9)" in second.log
         assert not group_alive(pgid)
     finally:
         second.stop()

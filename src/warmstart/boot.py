@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 from .cachekey import (
@@ -31,8 +32,8 @@ from .redact import Redactor
 from .settings import Settings
 from .store.backend import BundleStore
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env
-from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, worker_id
+from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
+from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
@@ -65,6 +66,7 @@ class BootPlan:
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
     s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
+    publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
 
     @property
     def mode(self) -> str:
@@ -137,7 +139,22 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     t0 = time.monotonic()
     warnings = list(settings.warnings)
     layout = choose_layout(settings.volume, settings.local_cache_dir)
-    if not layout.on_volume:
+    read_only_hubs: tuple[Path, ...] = ()
+    read_only_volume: VolumeLayout | None = None
+    if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
+        # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
+        # the model from it; keep caches and records on local disk; publish nothing.
+        read_only_volume = layout
+        message = (
+            f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
+            f"at {settings.local_cache_dir}, and nothing will be published"
+            + (" to it (the S3 store still is)" if settings.s3_url and settings.cache_mode == "staged" else "")
+        )
+        warnings.append(message)
+        log.warning("warmstart | volume   | %s", message)
+        read_only_hubs = (layout.hub_cache,)
+        layout = VolumeLayout(settings.local_cache_dir, on_volume=False)
+    elif not layout.on_volume:
         warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
         log.warning(
             "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
@@ -151,7 +168,8 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         layout.hub_cache,
         token=settings.hf_token,
         no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(settings.baked_hf_cache,) if settings.baked_hf_cache else (),
+        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
     )
     stage(
         "model",
@@ -182,6 +200,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
             # Caches live on local disk; the volume holds the key's published generations.
             staged = StagedStore(layout.key_dir(key) / "staged")
             dirs = local_dirs
+        elif read_only_volume is not None:
+            # Generations published to it earlier can still be restored (into local disk).
+            if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
+                staged = StagedStore(read_only_volume.key_dir(key) / "staged")
+            dirs = local_dirs
         if settings.s3_url:
             from .store.s3 import open_store
 
@@ -199,7 +222,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
                 s3.location,
                 f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "",
             )
-        elif not layout.on_volume:
+        elif not layout.on_volume and read_only_volume is None:
             warnings.append("WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local")
     elif settings.s3_url:
         warnings.append("WARMSTART_S3_URL is used in staged mode only (WARMSTART_CACHE_MODE=direct): no S3 tier")
@@ -220,6 +243,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         time.monotonic() - t0,
         staged,
         s3,
+        publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
     )
 
 
@@ -260,7 +284,11 @@ class Boot:
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
         self.history = self.store.history()
-        self.store.touch()
+        try:
+            self.store.touch()
+        except OSError as exc:  # a full or vanished volume: boot anyway, say so
+            self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
+            log.warning("warmstart | store    | could not write the key's manifest on the volume: %s", exc)
         if plan.tiers:
             self.restore()
         plan.cache_dirs.create()
@@ -316,13 +344,23 @@ class Boot:
                 )
                 break
             last = tier is plan.tiers[-1]
-            stage(
-                "restore",
-                "no generation to restore in the %s store %s%s",
-                tier.kind,
-                tier.location,
-                ": starting cold" if last else "",
-            )
+            if result.problems:
+                stage(
+                    "restore",
+                    "nothing could be restored from the %s store %s (%d problem(s) above)%s",
+                    tier.kind,
+                    tier.location,
+                    len(result.problems),
+                    ": starting cold" if last else "",
+                )
+            else:
+                stage(
+                    "restore",
+                    "no generation to restore in the %s store %s%s",
+                    tier.kind,
+                    tier.location,
+                    ": starting cold" if last else "",
+                )
         self.restored = result
         self.restore_problems = tuple(problems)
 
@@ -330,6 +368,9 @@ class Boot:
         """Staged: publish what this boot added that each tier's generation lacks, the volume
         first (the next worker here reads it), then the S3 store (other datacenters)."""
         plan = self.plan
+        if not plan.tiers:
+            return None
+        step("boot:publish")
         results = []
         for tier in plan.tiers:
             result = self._publish_to(tier, wait_s)
@@ -341,7 +382,23 @@ class Boot:
         return results[0] if results else None
 
     def _publish_to(self, tier: BundleStore, wait_s: float | None) -> PublishResult:
-        settings = self.plan.settings
+        plan = self.plan
+        settings = plan.settings
+        if isinstance(tier, StagedStore):
+            if plan.publish_blocked is not None:  # said once already, in the volume line
+                result = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
+                stage("publish", "%s skipped: %s", tier.kind, result.detail)
+                return result
+            key_dir = tier.root.parent
+            if not key_dir.is_dir():
+                # The volume went away after the boot began (unmounted, or the key's directory was
+                # removed): publishing would recreate the tree on whatever is at that path now.
+                result = PublishResult(
+                    "skipped",
+                    detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
+                )
+                log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
+                return result
         stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
         result = publish(
             tier,
@@ -439,10 +496,16 @@ class Boot:
             argv.append(arg)
         env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
         env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
+        # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,
+        # recorded so that a miss they cause is named.
+        torch_env = {k: v for k, v in {**os.environ, **self.plan.engine_env}.items() if k.startswith("TORCHINDUCTOR_")}
+        torch_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
         return {
             "key_factors": self.plan.key.factors,
             "engine_argv": argv,
             "vllm_env": self.redactor.mapping(key_vllm_env(env)),
+            "torch_env": self.redactor.mapping(dict(sorted(torch_env.items()))),
             "engine_python": self.plan.engine.python,
             "home": os.environ.get("HOME", ""),
         }
@@ -474,8 +537,12 @@ class Boot:
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
         for kind, result in (("volume", self.published), ("s3", self.published_s3)):
-            if result is not None and result.status == "failed":
-                warnings.append(f"{kind if self.plan.staged is not None else self.plan.tiers[0].kind}: {result.detail}")
+            if result is None or result.status not in ("failed", "skipped"):
+                continue
+            tier_kind = kind if plan.staged is not None else plan.tiers[0].kind
+            if tier_kind == "volume" and plan.publish_blocked:
+                continue  # said once, in the volume line
+            warnings.append(f"{tier_kind}: {result.detail}")
         if self.store is not None:
             warnings += self.store.warnings
         for scan in after.values():

@@ -109,6 +109,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         hub_cache,
         token=settings.hf_token,
         no_download_reason=settings.no_download_reason,
+        stall_s=settings.hub_stall_s,
     )
     print(json.dumps(model_summary(model)))
     return 0

@@ -141,6 +141,7 @@ def resolve(
     token: str | None = None,
     no_download_reason: str | None = None,
     read_only_caches: tuple[Path, ...] = (),
+    stall_s: float = 20.0,
 ) -> ResolvedModel:
     """Pin `name` to a complete snapshot, downloading only if no cache can serve it.
 
@@ -190,7 +191,7 @@ def resolve(
     if no_download_reason is not None:
         raise ModelError(f"{name}: {reason}, and downloading is disabled ({no_download_reason})")
     log.info("warmstart | model    | %s: %s; downloading from the Hub", name, reason)
-    path = download(name, revision, hub_cache, token=token)
+    path = download(name, revision, hub_cache, token=token, stall_s=stall_s)
     check = check_snapshot(path)
     if not check.complete:
         raise ModelError(f"{name}: downloaded snapshot is still incomplete: missing {', '.join(check.missing)}")
@@ -255,16 +256,46 @@ class DownloadProgress:
         self.report()
 
 
-def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str | None) -> Path:
-    """snapshot_download into the volume's hub cache, logging progress every few seconds."""
+def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str | None, stall_s: float = 20.0) -> Path:
+    """snapshot_download into the volume's hub cache, logging progress every few seconds.
+
+    Bounded by warmstart, not by huggingface_hub: its metadata calls (`repo_info`,
+    `list_repo_tree`) go out with `timeout=None` on a client made with `timeout=None`
+    (huggingface_hub 2.4 utils/_http.py, hf_api.py), and HF_HUB_ETAG_TIMEOUT /
+    HF_HUB_DOWNLOAD_TIMEOUT cover only the file requests. Against a Hub that accepts and never
+    answers, `warmstart fetch` was measured still waiting after 300 s. So the download runs
+    on a thread, and if `stall_s` pass with no byte landing in the blobs folder it fails here
+    with one line; the abandoned thread dies with the process, which ends on this error.
+    """
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise ModelError(f"huggingface_hub is needed to download {repo_id}: {exc}") from exc
 
-    try:
-        with DownloadProgress(repo_id, repo_dir(hub_cache, repo_id) / "blobs"):
-            path = snapshot_download(repo_id, revision=revision, cache_dir=str(hub_cache), token=token)
-    except Exception as exc:  # the Hub's errors are many; all of them end the boot here
+    paths: list[str] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            paths.append(snapshot_download(repo_id, revision=revision, cache_dir=str(hub_cache), token=token))
+        except BaseException as exc:  # handed to the caller below
+            errors.append(exc)
+
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    with DownloadProgress(repo_id, repo_dir(hub_cache, repo_id) / "blobs") as progress:
+        thread = threading.Thread(target=run, name="hub-download", daemon=True)
+        thread.start()
+        size, changed = progress.size(), time.monotonic()
+        while thread.is_alive():
+            thread.join(timeout=min(1.0, stall_s / 4))
+            if (now := progress.size()) != size:
+                size, changed = now, time.monotonic()
+            elif thread.is_alive() and time.monotonic() - changed > stall_s:
+                raise ModelError(
+                    f"{repo_id}: download failed: the Hub at {endpoint} sent nothing for {stall_s:.0f} s "
+                    "(WARMSTART_HUB_TIMEOUT_S); is it reachable from this worker?"
+                )
+    if errors:
+        exc = errors[0]
         raise ModelError(f"{repo_id}: download failed: {type(exc).__name__}: {exc}") from exc
-    return Path(path)
+    return Path(paths[0])

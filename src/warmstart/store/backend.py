@@ -59,6 +59,10 @@ class Lease(ABC):
     @abstractmethod
     def release(self) -> None: ...
 
+    def current_holder(self) -> str | None:
+        """Who holds the lease now, for the log line of a worker that waits for it (None: unknown)."""
+        return None
+
     def acquire(self, wait_s: float, poll_s: float = 1.0) -> bool:
         deadline = time.monotonic() + wait_s
         while True:

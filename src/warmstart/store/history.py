@@ -5,6 +5,10 @@ used, and how often it booted; boots.jsonl holds one boot report per completed b
 Both are read before vLLM starts (what to expect, what the last good boot looked like)
 and written after it serves. Writes go to a temporary file and are renamed into place,
 so a reader never sees half a manifest; a damaged history line is skipped, not fatal.
+A worker killed mid-append can still leave a last line without its newline (a network
+volume's client may not make a short append atomic): the next append starts a new line
+first, and the reader skips the fragment and says so. An unreadable manifest is rebuilt
+from the history, with a warning, instead of being silently reset.
 Nothing secret is ever passed here: callers hand over factors and reports that are
 already redacted.
 """
@@ -12,6 +16,7 @@ already redacted.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -22,6 +27,8 @@ from typing import Any
 
 from ..cachekey import CacheKey
 from .layout import VolumeLayout
+
+log = logging.getLogger("warmstart")
 
 MANIFEST_VERSION = 1
 
@@ -90,6 +97,11 @@ class KeyStore:
     def manifest_path(self) -> Path:
         return self.layout.manifest_path(self.key)
 
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+            log.warning("warmstart | store    | %s", message)
+
     @property
     def boots_path(self) -> Path:
         return self.layout.boots_path(self.key)
@@ -114,23 +126,36 @@ class KeyStore:
             else:
                 bad += 1
         if bad:
-            self.warnings.append(f"{self.boots_path}: skipped {bad} unreadable line(s)")
+            self._warn(f"{self.boots_path}: skipped {bad} unreadable line(s) (truncated or corrupt)")
         return BootHistory(tuple(boots), bad)
 
     def manifest(self) -> dict[str, Any] | None:
         data = read_json(self.manifest_path)
         return data if isinstance(data, dict) else None
 
-    def touch(self) -> dict[str, Any]:
-        """Create the manifest if it is missing; mark the key as used now."""
-        manifest = self.manifest() or {
+    def _fresh_manifest(self) -> dict[str, Any]:
+        """A manifest for a key that has none, or whose manifest cannot be read: the boot count
+        is rebuilt from boots.jsonl (the history outlives a manifest torn by a killed worker)."""
+        if self.manifest_path.exists():
+            boots = self.history().boots
+            self._warn(
+                f"{self.manifest_path}: unreadable (truncated or corrupt), "
+                f"rebuilt from boots.jsonl ({len(boots)} boots)"
+            )
+        else:
+            boots = ()
+        return {
             "version": MANIFEST_VERSION,
             "key": self.key.dirname,
             "digest": self.key.digest,
             "factors": self.key.factors,
-            "created": now_iso(),
-            "boot_count": 0,
+            "created": min((str(b["started_at"]) for b in boots if b.get("started_at")), default=now_iso()),
+            "boot_count": len(boots),
         }
+
+    def touch(self) -> dict[str, Any]:
+        """Create the manifest if it is missing (or rebuild it if unreadable); mark the key as used now."""
+        manifest = self.manifest() or self._fresh_manifest()
         manifest["last_used"] = now_iso()
         write_json_atomic(self.manifest_path, manifest)
         return manifest
@@ -142,11 +167,19 @@ class KeyStore:
         POSIX filesystem do not interleave within a line this short.
         """
         line = json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n"
-        self.boots_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.boots_path, "a") as handle:
-            handle.write(line)
-        manifest = self.manifest() or self.touch()
-        manifest["boot_count"] = int(manifest.get("boot_count", 0)) + 1
+        # The key directory is made by touch(); if it is gone (the volume was unmounted or
+        # wiped meanwhile), do not recreate it on whatever is now at that path.
+        with open(self.boots_path, "a+b") as handle:
+            if handle.seek(0, os.SEEK_END) > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":  # a line cut short by a killed writer: end it first
+                    line = "\n" + line
+            handle.write(line.encode())
+        manifest = self.manifest()
+        if manifest is None:
+            manifest = self._fresh_manifest()  # counts the boot just appended
+        else:
+            manifest["boot_count"] = int(manifest.get("boot_count", 0)) + 1
         manifest["last_used"] = now_iso()
         if report.get("ready_s") is not None:
             manifest["last_ready_s"] = report["ready_s"]

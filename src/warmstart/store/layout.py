@@ -20,6 +20,8 @@ With no volume mounted the same tree is built under a local directory instead.
 
 from __future__ import annotations
 
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +129,33 @@ def choose_layout(volume: Path, local_fallback: Path) -> VolumeLayout:
     if volume.is_dir():
         return VolumeLayout(volume, on_volume=True)
     return VolumeLayout(local_fallback, on_volume=False)
+
+
+def probe_writable(directory: Path) -> str | None:
+    """None if a file can be created and removed in `directory` (made if missing), else why not.
+
+    Decided by trying, not by mode bits: the worker runs as root, for whom a read-only mount
+    (Runpod's cached models, a read-only bind mount) still shows writable bits.
+    """
+    probe = directory / f".warmstart-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    created = False
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        created = True
+        try:
+            os.write(fd, b"w")  # a full volume lets a file be created but not written
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"{exc.filename or directory}: {exc.strerror or exc}"
+    finally:
+        if created:
+            try:
+                os.unlink(probe)
+            except OSError:
+                pass
+    return None
 
 
 def engine_env(layout: VolumeLayout, dirs: CacheDirs, *, offline: bool) -> dict[str, str]:

@@ -504,6 +504,10 @@ class S3Lease(Lease):
         self.held = (data or {}).get("holder") == self.holder
         return self.held
 
+    def current_holder(self) -> str | None:
+        data, _, _ = self._read()
+        return str((data or {}).get("holder", "")) or None
+
     def release(self) -> None:
         if not self.held:
             return

@@ -95,6 +95,22 @@ __all__ = [  # the format, re-exported for callers that knew it here
 ]
 
 
+def step(name: str) -> None:
+    """A named point of a publish or restore, for tests that must prove where a kill landed.
+
+    Inert unless WARMSTART_TEST_STEPS=1: then each step is logged (`warmstart | step | NAME`),
+    and the step named by WARMSTART_TEST_PAUSE_AT waits there until the file named by
+    WARMSTART_TEST_RESUME exists, so a test can kill, unmount or race at exactly that point.
+    """
+    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
+        return
+    log.info("warmstart | step     | %s", name)
+    if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
+        resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
+        while not resume.exists():
+            time.sleep(0.05)
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -177,16 +193,23 @@ class StagedStore(BundleStore):
 
     def create_generation(self, number: int, data: bytes) -> bool:
         tmp = self.generations_dir / f".tmp-{uuid.uuid4().hex}.json"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            step("publish:generation_tmp_written")
             os.link(tmp, self.generations_dir / gen_name(number))
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
+        except BaseException as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if isinstance(exc, FileExistsError):
+                return False  # that number is someone else's
+            raise
+        step("publish:generation_linked")
+        os.unlink(tmp)
         _fsync_dir(self.generations_dir)
         return True
 
@@ -223,6 +246,7 @@ class _FolderBundleWriter(BundleWriter):
         self.sink.flush()
         os.fsync(self.sink.fileno())
         self.sink.close()
+        step("publish:bundle_tmp_written")
         check = hashlib.sha256()
         read = 0
         for chunk in file_chunks(self.tmp):
@@ -232,6 +256,7 @@ class _FolderBundleWriter(BundleWriter):
             raise StoreError(f"bundle verification failed after writing ({read} of {size} bytes read back)")
         name = bundle_name(sha256, uuid.uuid4().hex)
         os.rename(self.tmp, self.store.bundles / name)
+        step("publish:bundle_renamed")
         return BundleRef(name, sha256, size, files)
 
     def abort(self) -> None:
@@ -281,6 +306,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     unavailable = False
+    unregistered = False
     try:
         numbers = store.generation_numbers()
     except StoreUnavailable as exc:
@@ -300,17 +326,23 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
             continue
         registration = None
         try:
-            try:
-                registration = _register_reader(store, reader, gen, ttl_s)
-            except StoreUnavailable:
-                # Read-only credentials may not write: restore unregistered (a registration only
-                # delays garbage collection). An unreachable store fails at the next request.
-                registration = None
+            registration = _register_reader(store, reader, gen, ttl_s)
+        except (OSError, StoreUnavailable) as exc:
+            # A read-only or full volume, or read-only credentials, can still be read: restore
+            # unregistered (a registration only delays garbage collection; a bundle that a collector
+            # removes meanwhile fails its check and the next generation is tried). An unreachable
+            # store fails again at the next request.
+            if not unregistered:
+                log.warning("warmstart | restore  | cannot register as a reader (%s): restoring unprotected", exc)
+                unregistered = True
+        try:
+            step("restore:registered")
             if not store.exists(f"{GENERATIONS}/{gen_name(number)}"):
                 continue  # removed between listing and registering: take the next
             staging.mkdir(parents=True)
             for ref in gen.bundles:
                 extract_bundle(store.bundle_chunks(ref), ref, gen, staging)
+            step("restore:extracted")
         except StoreUnavailable as exc:
             problems.append(f"generation {number}: {exc}")
             shutil.rmtree(staging, ignore_errors=True)
@@ -393,6 +425,9 @@ class PublishLease(Lease):
             self.held = True
             return True
         return False
+
+    def current_holder(self) -> str | None:
+        return str((self._read() or {}).get("holder", "")) or None
 
     def release(self) -> None:
         if not self.held:
@@ -528,15 +563,32 @@ def publish(
     """Take the lease (waiting up to `lease_wait_s`), publish what is missing, collect garbage."""
     start = time.monotonic()
     lease = store.lease(publisher, lease_ttl_s)
+    step("publish:start")
     try:
-        if not lease.acquire(lease_wait_s):
-            return PublishResult("skipped", detail="another worker holds the publish lease")
+        got = lease.try_acquire()
+        if not got:
+            log.info(
+                "warmstart | publish  | the publish lease is held by %s: waiting up to %.0f s, then publishing "
+                "only what its generation lacks",
+                lease.current_holder() or "?",
+                lease_wait_s,
+            )
+            step("publish:lease_busy")
+            got = lease.acquire(lease_wait_s)
+    except (OSError, StoreError) as exc:
+        reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
+        return PublishResult("failed", seconds=time.monotonic() - start, detail=f"publish failed, no lease: {reason}")
+    if not got:
+        return PublishResult("skipped", detail="another worker holds the publish lease")
+    try:
+        step("publish:lease_held")
         plan = plan_publish(store, local, distrust=distrust)
         result = execute_publish(store, local, plan, publisher=publisher)
         try:
             collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
         except (OSError, StoreError) as exc:
             log.warning("warmstart | publish  | garbage collection failed: %s", exc)
+        step("publish:collected")
         return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
         reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)

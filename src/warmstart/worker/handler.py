@@ -157,6 +157,7 @@ class JobHandler:
     request_timeout_s: float
     boot_report: Callable[[], Mapping[str, Any] | None]
     engine_failure: Callable[[], str | None]  # a message once vLLM has died, else None
+    api_key: str | None = field(default=None, repr=False)  # vLLM started with --api-key wants it on /v1
     _session: Any = field(default=None, repr=False)
 
     async def session(self) -> Any:
@@ -164,7 +165,8 @@ class JobHandler:
 
         if self._session is None or self._session.closed:
             timeout = aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=10)
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+            self._session = aiohttp.ClientSession(timeout=timeout, headers=headers)
         return self._session
 
     async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[Any]:

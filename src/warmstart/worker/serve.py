@@ -181,6 +181,7 @@ def main(args: argparse.Namespace) -> int:
             request_timeout_s=settings.request_timeout_s,
             boot_report=lambda: report_dict,
             engine_failure=watchdog.failure_message,
+            api_key=settings.engine_api_key,
         )
         watchdog.start()
         stage("serve", "taking jobs (max concurrency %d)", settings.max_concurrency)
