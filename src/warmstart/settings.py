@@ -157,6 +157,8 @@ REMOVED_VARS = (
 
 
 # Variables the wrapper itself reads (besides the ENGINE_FLAGS and the VLLM_* passthrough).
+WEIGHTS_PREFETCH_MODES = ("auto", "off")
+
 # The README's configuration table and .runpod/hub.json are tested against this list.
 WRAPPER_VARIABLES = (
     "MODEL_NAME",
@@ -180,6 +182,8 @@ WRAPPER_VARIABLES = (
     "WARMSTART_BAKED_HF_CACHE",
     "WARMSTART_LEASE_TTL_S",
     "WARMSTART_PUBLISH_WAIT_S",
+    "WARMSTART_WEIGHTS_PREFETCH",
+    "WARMSTART_WEIGHTS_RAM_SHARE",
     "WARMSTART_HUB_TIMEOUT_S",
     "WARMSTART_S3_URL",
     "WARMSTART_S3_ENDPOINT_URL",
@@ -229,6 +233,8 @@ class Settings:
     s3_url: str | None = None  # s3://bucket/prefix: the staged store shared by every datacenter
     s3_endpoint_url: str | None = None  # an S3-compatible endpoint (Runpod, R2, MinIO); AWS when unset
     s3_region: str | None = None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
+    weights_prefetch: str = "auto"  # auto: read weights on the volume while vLLM boots; off: never
+    weights_ram_share: float = 0.5  # prefetch only when the weights fit in this share of available RAM
     warnings: tuple[str, ...] = ()
 
     @property
@@ -377,6 +383,14 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
     lease_ttl = number("WARMSTART_LEASE_TTL_S", 600.0, minimum=1)
     publish_wait = number("WARMSTART_PUBLISH_WAIT_S", 120.0)
+    weights_ram_share = number("WARMSTART_WEIGHTS_RAM_SHARE", 0.5)
+    if weights_ram_share > 1:
+        problems.append(f"WARMSTART_WEIGHTS_RAM_SHARE={weights_ram_share}: a share of RAM, between 0 and 1")
+    weights_prefetch = (_get(env, "WARMSTART_WEIGHTS_PREFETCH") or "auto").lower()
+    if weights_prefetch not in WEIGHTS_PREFETCH_MODES:
+        problems.append(
+            f"WARMSTART_WEIGHTS_PREFETCH={weights_prefetch!r}: expected one of {', '.join(WEIGHTS_PREFETCH_MODES)}"
+        )
     hub_stall = number("WARMSTART_HUB_TIMEOUT_S", 20.0, minimum=1)
     init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
     init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
@@ -461,6 +475,8 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         s3_url=s3_url,
         s3_endpoint_url=s3_endpoint,
         s3_region=s3_region,
+        weights_prefetch=weights_prefetch,
+        weights_ram_share=weights_ram_share,
         warnings=tuple(warnings),
     )
 

@@ -10,6 +10,14 @@ client's attribute cache does. `quota_bytes` makes writes fail with ENOSPC once 
 many bytes are written through the mount (removing a file's last link gives its bytes
 back), for fault tests.
 
+The NFS-like mode (`page_cache=True`, `stream_mbps`) models a network volume's client for
+weight reads: the kernel page cache is on (`kernel_cache`: pages read once stay cached
+across opens, as on an NFS client, so a prefetch helps whoever reads next), every open
+file handle is a stream with its own bandwidth cap on top of the shared one (network
+volumes scale with concurrent streams), and metadata operations still pay `latency_ms`.
+A fresh mount starts cold: a FUSE mount's pages belong to its own inodes and are dropped
+with it. Reads pay bandwidth, not a round trip each: an NFS client pipelines its reads.
+
 Every operation a compiler needs is implemented (a passthrough that refused rmdir or
 utimens broke Inductor with ENOSYS). Run it with `python -m warmstart.dev.slowfs SRC MNT`;
 `mounted()` starts it in a subprocess and always unmounts.
@@ -36,6 +44,13 @@ DEFAULT_BANDWIDTH_MBPS = 300.0
 # open pay a round trip, re-walking the same directory within a second does not.
 DEFAULT_CACHE_TIMEOUT_S = 1.0
 
+# The NFS-like preset: the issue's reference volume (3 ms per operation, 30 MB/s per
+# stream, 120 MB/s in all). Runpod documents 200-400 MB/s typical; the ratio of one
+# stream to the aggregate is what makes concurrency matter.
+NFS_LATENCY_MS = 3.0
+NFS_STREAM_MBPS = 30.0
+NFS_BANDWIDTH_MBPS = 120.0
+
 
 class Bandwidth:
     """A shared link: each transfer waits for its slot at `bytes_per_s`."""
@@ -58,8 +73,19 @@ class Bandwidth:
             time.sleep(delay)
 
 
-def make_operations(root: str, latency_s: float, link: Bandwidth, quota_bytes: int | None) -> Any:
+def make_operations(
+    root: str, latency_s: float, link: Bandwidth, quota_bytes: int | None, stream_bytes_per_s: float = 0.0
+) -> Any:
     import mfusepy as fuse
+
+    streams: dict[int, Bandwidth] = {}
+    streams_lock = threading.Lock()
+
+    def stream(fh: int) -> Bandwidth | None:
+        if stream_bytes_per_s <= 0:
+            return None
+        with streams_lock:
+            return streams.setdefault(fh, Bandwidth(stream_bytes_per_s))
 
     class SlowPassthrough(fuse.Operations):  # type: ignore[misc]
         use_ns = True
@@ -191,6 +217,9 @@ def make_operations(root: str, latency_s: float, link: Bandwidth, quota_bytes: i
         # -- data: bandwidth
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
             data = os.pread(fh, size, offset)
+            own = stream(fh)
+            if own is not None:
+                own.transfer(len(data))
             link.transfer(len(data))
             return data
 
@@ -207,6 +236,8 @@ def make_operations(root: str, latency_s: float, link: Bandwidth, quota_bytes: i
             return 0
 
         def release(self, path: str, fh: int) -> int:
+            with streams_lock:
+                streams.pop(fh, None)
             os.close(fh)
             return 0
 
@@ -220,16 +251,23 @@ def serve(
     bandwidth_mbps: float,
     quota_bytes: int | None,
     cache_timeout_s: float = DEFAULT_CACHE_TIMEOUT_S,
+    *,
+    stream_mbps: float = 0.0,
+    page_cache: bool = False,
 ) -> None:
     import mfusepy as fuse
 
-    ops = make_operations(str(source), latency_ms / 1000.0, Bandwidth(bandwidth_mbps * 1e6), quota_bytes)
+    ops = make_operations(
+        str(source), latency_ms / 1000.0, Bandwidth(bandwidth_mbps * 1e6), quota_bytes, stream_mbps * 1e6
+    )
+    # page_cache: kernel_cache keeps a file's pages across opens (FUSE drops them on each open otherwise).
+    cache_opts: dict[str, bool] = {"kernel_cache": True} if page_cache else {"direct_io": True}
     fuse.FUSE(
         ops,
         str(mountpoint),
         foreground=True,
         nothreads=False,
-        direct_io=True,
+        **cache_opts,
         attr_timeout=cache_timeout_s,
         entry_timeout=cache_timeout_s,
         negative_timeout=0,
@@ -259,6 +297,18 @@ def unmount(mountpoint: Path) -> None:
             subprocess.run(cmd, capture_output=True, check=False)
 
 
+def nfs_mounted(source: Path, mountpoint: Path, **overrides: Any) -> contextlib.AbstractContextManager[Path]:
+    """The NFS-like mock volume: page cache on, per-stream and aggregate caps, 3 ms per operation."""
+    options: dict[str, Any] = {
+        "latency_ms": NFS_LATENCY_MS,
+        "bandwidth_mbps": NFS_BANDWIDTH_MBPS,
+        "stream_mbps": NFS_STREAM_MBPS,
+        "page_cache": True,
+    }
+    options.update(overrides)
+    return mounted(source, mountpoint, **options)
+
+
 @contextlib.contextmanager
 def mounted(
     source: Path,
@@ -268,6 +318,8 @@ def mounted(
     bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS,
     quota_bytes: int | None = None,
     timeout_s: float = 20.0,
+    stream_mbps: float = 0.0,
+    page_cache: bool = False,
 ) -> Iterator[Path]:
     """Mount the slow filesystem in a child process for the duration of the block."""
     source.mkdir(parents=True, exist_ok=True)
@@ -286,6 +338,10 @@ def mounted(
     ]
     if quota_bytes is not None:
         cmd += ["--quota-bytes", str(quota_bytes)]
+    if stream_mbps > 0:
+        cmd += ["--stream-mbps", str(stream_mbps)]
+    if page_cache:
+        cmd.append("--page-cache")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + timeout_s
@@ -314,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
     parser.add_argument("--quota-bytes", type=int, default=None)
     parser.add_argument("--cache-timeout-s", type=float, default=DEFAULT_CACHE_TIMEOUT_S)
+    parser.add_argument("--stream-mbps", type=float, default=0.0, help="per open file (stream) cap; 0: none")
+    parser.add_argument("--page-cache", action="store_true", help="keep the kernel page cache on (NFS-like)")
     args = parser.parse_args(argv)
     serve(
         Path(args.source),
@@ -322,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         args.bandwidth_mbps,
         args.quota_bytes,
         args.cache_timeout_s,
+        stream_mbps=args.stream_mbps,
+        page_cache=args.page_cache,
     )
     return 0
 

@@ -24,8 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,11 +177,18 @@ class EngineProcess:
         return self.proc.poll() if self.proc else None
 
     def healthy(self, timeout: float = 2.0) -> bool:
+        """GET /health == 200, over a plain socket: urllib's import (ssl, email, http.client) and
+        its per-call opener and proxy lookup cost the wrapper time and CPU that vLLM needs while
+        it boots, and most polls meet a port that does not accept connections yet."""
         try:
-            with urllib.request.urlopen(self.base_url + "/health", timeout=timeout) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
+            with socket.create_connection((LOOPBACK, self.port), timeout=timeout) as sock:
+                sock.settimeout(timeout)
+                sock.sendall(f"GET /health HTTP/1.1\r\nHost: {LOOPBACK}\r\nConnection: close\r\n\r\n".encode())
+                head = sock.recv(64)
+        except OSError:
             return False
+        parts = head.split(b" ", 2)
+        return len(parts) >= 2 and parts[0].startswith(b"HTTP/1.") and parts[1] == b"200"
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> float:
         """Block until /health answers 200; return seconds since start. Raises EngineFailed."""

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..weights import describe as weights_line
 from .logformats import MarkerSpec
 from .phases import PHASES, LogEvidence, Marker, compute_phases, phase_details
 
@@ -416,6 +417,7 @@ class BootReport:
     source: str = "boot"  # "boot" or "log"
     staged: Mapping[str, Any] | None = None  # staged mode: generation restored, problems, publish
     phase_detail: Mapping[str, Any] = field(default_factory=dict)  # what a phase figure includes
+    weights: Mapping[str, Any] | None = None  # weights.weights_block: size, source, prefetch, vLLM's phase
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -461,6 +463,8 @@ class BootReport:
                 if pub.get("generation") is not None:
                     line += f" (generation {pub['generation']}, {pub['files']} files)"
             out.append(f"warmstart | staged   | {line}")
+        if self.weights is not None:
+            out.append(f"warmstart | weights  | {weights_line(self.weights)}")
         for reason in self.miss_reason:
             out.append(f"warmstart | why miss | {reason}")
         for warning in self.warnings:
