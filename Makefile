@@ -17,7 +17,7 @@ WARMSTART_LOCAL_CACHE ?= $(CURDIR)/.local-cache
 RUNPOD_API_PORT ?= 8000
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH WARMSTART_LOCAL_CACHE
 
-.PHONY: run boot test lint install clean testmodel fuse gpu-check bench-tools
+.PHONY: run boot test lint install clean testmodel fuse chromium gpu-check bench-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,12 +38,15 @@ install: $(VENV)/.installed $(VLLM_VENV)/.installed
 fuse:
 	.ci/ensure-fuse
 
+chromium:
+	.ci/ensure-chromium
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests handler
 	$(VENV)/bin/ruff format --check src tests handler
 	$(VENV)/bin/hadolint Dockerfile
 
-test: install fuse lint
+test: install fuse chromium lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
 
 testmodel: $(VENV)/.installed

@@ -45,6 +45,18 @@ BASELINE = {"MAX_MODEL_LEN": "4096", "DTYPE": "bfloat16"}
         {"COMPILATION_CONFIG": '{"cudagraph_capture_sizes": [1, 2, 4]}'},
         {"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 4096"},
         {"VLLM_USE_DEEP_GEMM": "1"},
+        # vLLM hashes these ModelConfig fields (config/model.py compute_hash does not ignore them).
+        {"TRUST_REMOTE_CODE": "true"},
+        {"MAX_LOGPROBS": "5"},
+        {"LIMIT_MM_PER_PROMPT": '{"image": 2}'},
+        {"VLLM_EXTRA_ARGS": "--generation-config vllm"},
+        {"VLLM_EXTRA_ARGS": '--override-generation-config {"temperature":0.5}'},
+        {"VLLM_EXTRA_ARGS": "--max-logprobs 3"},
+        # Unprefixed names vLLM reads through envs.py and hashes.
+        {"VERBOSE": "1"},
+        {"CUDA_HOME": "/usr/local/cuda-13.0"},
+        # A VLLM_* name vLLM does not know: kept, a typo cannot be told from a newer variable.
+        {"VLLM_NOT_A_REAL_VARIABLE": "1"},
     ],
 )
 def test_key_changes_with_artifact_flags(change):
@@ -64,6 +76,15 @@ def test_key_changes_with_artifact_flags(change):
         {"SEED": "7"},
         {"VLLM_EXTRA_ARGS": "--uvicorn-log-level warning --api-key sk-abcdef123456"},
         {"KV_CACHE_MEMORY_BYTES": "8G"},
+        # In vLLM's ignore list (envs.compile_factors): they must not split a key.
+        {"VLLM_CPU_KVCACHE_SPACE": "4"},
+        {"VLLM_ENABLE_STARTUP_PLAN": "1"},
+        {"VLLM_LOGGING_PREFIX": "[w1] "},
+        {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
+        {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "30"},
+        {"VLLM_STARTUP_TIMEOUT": "900"},
+        {"VLLM_CONFIG_FILE": "/cfg.yaml"},
+        {"CUDA_VISIBLE_DEVICES": "1"},
     ],
 )
 def test_key_ignores_serving_only_flags(change):
@@ -144,6 +165,10 @@ def test_key_command_prints_key_and_mapping_without_secrets(tmp_path, volume, ti
     assert "hf_supersecretvalue42" not in result.stdout + result.stderr
     assert "sk-anothersecret77" not in result.stdout + result.stderr
     assert not key_dir.exists(), "`warmstart key` must not create anything"
+    stable = tmp_path / ".cache" / "warmstart" / "models" / "warmstart--tiny-llama" / tiny_model.commit
+    assert data["model"]["path"] == str(tiny_model.snapshot)
+    assert data["model"]["vllm_path"] == data["factors"]["vllm_model"] == str(stable)
+    assert not stable.parent.exists(), "the link is made by the boot, not by `warmstart key`"
 
 
 def test_staged_mapping_points_at_local_disk(tmp_path, volume, tiny_model, fake_vllm_python):
@@ -177,3 +202,29 @@ def test_bad_setting_stops_before_anything_starts(tmp_path, volume, fake_vllm_py
 
 def test_warmstart_script_exists():
     assert Path(WARMSTART).exists()
+
+
+def test_same_key_for_the_volume_and_the_baked_snapshot():
+    """One model, one commit, two places: one key, and vLLM is given one path for both."""
+    from warmstart.model import vllm_model_path
+
+    baked = replace(MODEL, path=Path("/opt/hf/hub/models--org--model/snapshots/" + "a" * 40))
+    volume = replace(MODEL, path=Path("/runpod-volume/huggingface-cache/hub/models--org--model/snapshots/" + "a" * 40))
+    assert key(BASELINE, model=baked).digest == key(BASELINE, model=volume).digest
+    local = from_env({"MODEL_NAME": "org/model"}).local_cache_dir
+    assert key(BASELINE, model=volume).factors["vllm_model"] == str(vllm_model_path(baked, local))
+
+
+def test_key_follows_the_path_vllm_is_given():
+    # vLLM hashes ModelConfig.model: another local cache means another path and another vLLM hash.
+    assert key(BASELINE).digest != key({**BASELINE, "WARMSTART_LOCAL_CACHE": "/elsewhere"}).digest
+
+
+def test_ignore_list_is_vllm_033s():
+    """A spot check of the copied table against vllm/envs.py 0.33 (`ignored_factors`)."""
+    from warmstart.cachekey import VLLM_ENV_NOT_HASHED
+
+    assert len(VLLM_ENV_NOT_HASHED) == 83
+    for name in ("VLLM_PORT", "VLLM_CACHE_ROOT", "VLLM_ENABLE_STARTUP_PLAN", "VLLM_API_KEY", "VLLM_CPU_KVCACHE_SPACE"):
+        assert name in VLLM_ENV_NOT_HASHED
+    assert "VLLM_USE_AOT_COMPILE" not in VLLM_ENV_NOT_HASHED

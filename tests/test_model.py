@@ -173,3 +173,55 @@ def test_boot_downloads_what_is_missing_and_reports_it(tmp_path, fake_vllm_pytho
         assert report["caches"]["hf_weights"]["status"] == "miss"
         assert report["caches"]["hf_weights"]["files_added"] == 6
         assert report["model"]["source"] == "downloaded"
+
+
+def test_vllm_gets_one_path_wherever_the_snapshot_lives(tmp_path, volume, tiny_model):
+    """Volume or baked image: vLLM hashes the path it is given (ModelConfig.model), so both
+    snapshots are reached through one link, named by repo and commit."""
+    from warmstart.dev.testmodel import write_test_model
+    from warmstart.model import link_model, vllm_model_path
+
+    baked = write_test_model(tmp_path / "image" / "hub", MODEL_ID)
+    on_volume = resolve(MODEL_ID, None, volume / "huggingface-cache" / "hub", no_download_reason="test")
+    in_image = resolve(MODEL_ID, None, tmp_path / "image" / "hub", no_download_reason="test")
+    assert on_volume.path != in_image.path == baked.snapshot
+    local = tmp_path / "local"
+    link = vllm_model_path(on_volume, local)
+    assert link == vllm_model_path(in_image, local) == local / "models" / "warmstart--tiny-llama" / tiny_model.commit
+
+    assert link_model(link, on_volume.path) is True
+    assert link.resolve() == on_volume.path.resolve()
+    assert link_model(link, on_volume.path) is False  # already there: untouched
+    assert link_model(link, in_image.path) is True  # the snapshot moved: the same path follows it
+    assert os.readlink(link) == str(in_image.path)
+    assert check_snapshot(link).complete
+    assert [p.name for p in link.parent.iterdir()] == [tiny_model.commit]  # no temporary left behind
+
+
+def test_local_directory_is_its_own_vllm_path(tmp_path, tiny_model):
+    from warmstart.model import link_model, vllm_model_path
+
+    model = resolve(str(tiny_model.snapshot), None, tmp_path / "hub")
+    assert vllm_model_path(model, tmp_path / "local") == tiny_model.snapshot
+    assert link_model(tiny_model.snapshot, tiny_model.snapshot) is False
+    assert not (tmp_path / "local").exists()
+
+
+def test_boot_links_the_stable_path_or_falls_back_to_the_snapshot(tmp_path, volume, tiny_model, fake_vllm_python):
+    from warmstart.boot import Boot, plan_boot
+    from warmstart.redact import Redactor
+    from warmstart.settings import from_env
+
+    env = base_env(volume, fake_vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=str(tmp_path / "local"))
+    boot = Boot(plan_boot(from_env(env)), Redactor())
+    boot.link_model()
+    assert boot.plan.model_arg == tmp_path / "local" / "models" / "warmstart--tiny-llama" / tiny_model.commit
+    assert boot.plan.model_arg.resolve() == tiny_model.snapshot.resolve()
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    env["WARMSTART_LOCAL_CACHE"] = str(blocked)
+    boot = Boot(plan_boot(from_env(env)), Redactor())
+    boot.link_model()  # the link cannot be made: vLLM still boots, from the snapshot's own path
+    assert boot.plan.model_arg == tiny_model.snapshot
+    assert any("cannot link" in w for w in boot.plan.warnings)

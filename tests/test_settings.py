@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from warmstart.cachekey import EngineInfo
-from warmstart.settings import SettingsError, from_env
-from warmstart.vllm.engine import engine_command, engine_flag_args
+from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, SettingsError, from_env
+from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
 
 BASE = {"MODEL_NAME": "org/model"}
 
@@ -132,5 +133,56 @@ def test_hf_token_is_not_in_repr():
 
 
 def test_wrapper_variables_are_not_vllm_env():
-    s = settings(VLLM_EXTRA_ARGS="--seed 1", VLLM_PORT="8000", VLLM_USE_DEEP_GEMM="1")
+    s = settings(VLLM_EXTRA_ARGS="--seed 1", VLLM_PORT="8000", VLLM_CONFIG_FILE="/c", VLLM_USE_DEEP_GEMM="1")
     assert dict(s.vllm_env) == {"VLLM_USE_DEEP_GEMM": "1"}
+
+
+def test_vllm_env_includes_the_unprefixed_names_vllm_hashes():
+    # vllm/envs.py reads VERBOSE and CUDA_HOME and hashes them (compile_factors); HOME it does not read.
+    s = settings(VERBOSE="1", CUDA_HOME="/usr/local/cuda", HOME="/root", NVCC_THREADS="4")
+    assert dict(s.vllm_env) == {"CUDA_HOME": "/usr/local/cuda", "NVCC_THREADS": "4", "VERBOSE": "1"}
+
+
+WORKER_ENV = {
+    "PATH": "/usr/bin",
+    "HOME": "/root",
+    "VLLM_PORT": "8000",  # worker-vllm: the API port; vLLM: the first internal port
+    "VLLM_EXTRA_ARGS": "--seed 1",
+    "VLLM_STARTUP_TIMEOUT": "600",
+    "VLLM_CONFIG_FILE": "/cfg.yaml",
+    "MODEL_NAME": "org/model",
+    "MAX_MODEL_LEN": "4096",
+    "SEED": "3",
+    "WARMSTART_CACHE_MODE": "direct",
+    "HF_TOKEN": "hf_tokenforthetokenizer",
+    "VLLM_USE_DEEP_GEMM": "1",
+    "VLLM_CACHE_ROOT": "/user/choice",
+    "CUDA_VISIBLE_DEVICES": "0",
+}
+
+
+def test_engine_environment_withholds_the_wrapper_settings():
+    env = engine_environment(WORKER_ENV, {"VLLM_CACHE_ROOT": "/volume/cache/vllm", "HF_HUB_OFFLINE": "1"})
+    for name in ("VLLM_PORT", "VLLM_EXTRA_ARGS", "VLLM_STARTUP_TIMEOUT", "VLLM_CONFIG_FILE", "MODEL_NAME"):
+        assert name not in env, name
+    assert "MAX_MODEL_LEN" not in env and "SEED" not in env  # they reach vLLM as flags
+    assert "WARMSTART_CACHE_MODE" not in env
+    assert env["VLLM_USE_DEEP_GEMM"] == "1"  # vLLM's own variables pass
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert env["HF_TOKEN"] == "hf_tokenforthetokenizer"
+    assert env["PATH"] == "/usr/bin" and env["HOME"] == "/root"
+    assert env["VLLM_CACHE_ROOT"] == "/volume/cache/vllm"  # the mapping wins
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert WORKER_ENV["VLLM_PORT"] == "8000", "the input is not modified"
+
+
+@pytest.mark.parametrize("name", [v for v in WRAPPER_VARIABLES if v.startswith("VLLM_")])
+def test_no_vllm_prefixed_wrapper_variable_reaches_vllm(name):
+    assert name not in engine_environment({name: "1"}, {})
+
+
+def test_readme_key_column_is_engine_flags_in_key():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|$", readme, flags=re.M))
+    assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}

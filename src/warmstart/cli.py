@@ -4,7 +4,12 @@
     warmstart boot [--json]           boot vLLM, wait until it serves, stop it, print the BootReport
     warmstart serve                   boot, then serve Runpod jobs (the container entrypoint)
     warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
-    warmstart report LOGFILE [--json] phases and compile-cache evidence from a vLLM log alone
+    warmstart report LOGFILE [--json] [--html FILE]  phases and compile-cache evidence from a vLLM log alone
+    warmstart ls [--json]             every key and HF snapshot on the volume, sizes, boots, monthly cost
+    warmstart explain [KEY|--last]    will the next boot be cold (and which factor split the key); why one missed
+    warmstart gc [...] [--dry-run]    remove old keys (and unused HF snapshots), never one in use
+    warmstart timeline [KEY] --html F a key's boots as phase bars, in one self-contained HTML page
+    warmstart predict [--json]        this configuration's cold and warm ready time, from the volume's boots
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
     warmstart bench boot|weights|volume|serve|s3  benchmarks, printed as JSON
 
@@ -85,10 +90,237 @@ def cmd_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("warmstart | report   | cannot read %s: %s", args.logfile, exc.strerror or exc)
         return EXIT_CONFIG
+    if args.html:
+        from .timeline import render_timeline
+
+        page = render_timeline(
+            [report.to_dict()], title=f"Boot from {Path(args.logfile).name}", subtitle=f"vLLM {report.vllm_version}"
+        )
+        Path(args.html).write_text(page)
+        log.info("warmstart | timeline | wrote %s", args.html)
     if args.json:
         print(report.to_json())
     else:
         print("\n".join(report.lines()))
+    return 0
+
+
+# --------------------------------------------------------------------------- the volume: ls, explain, gc, ...
+
+
+def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported lazily
+    """The volume named by --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (no other setting needed)."""
+    from .settings import DEFAULT_VOLUME, SettingsError
+    from .store.layout import VolumeLayout
+
+    root = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or os.environ.get("BASE_PATH") or DEFAULT_VOLUME)
+    if not root.is_dir():
+        raise SettingsError([f"no volume at {root}: pass --volume DIR or set RUNPOD_VOLUME_PATH"])
+    return VolumeLayout(root, on_volume=True)
+
+
+def _price(args: argparse.Namespace) -> float | None:
+    from .settings import SettingsError
+    from .store.scan import price_from_env
+
+    if getattr(args, "price_gb_month", None) is not None:
+        return float(args.price_gb_month)
+    try:
+        return price_from_env(os.environ)
+    except ValueError as exc:
+        raise SettingsError([str(exc)]) from exc
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from .store.scan import scan_volume
+
+    scan = scan_volume(_layout(args))
+    data = scan.to_json(_price(args))
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"Keys on {scan.layout.root} ({len(scan.keys)}):")
+    for k in scan.keys:
+        counts = "/".join(str(k.verdicts.get(v, 0)) for v in ("cold", "partial", "warm"))
+        ready = f"{k.last_ready_s:.1f} s" if k.last_ready_s is not None else "-"
+        print(f"  {k.name}")
+        print(
+            f"      {k.model}@{(k.revision or '?')[:12]}  {k.hardware}  vLLM {k.vllm}  {k.mode or '-'}  "
+            f"{_size(k.bytes)} (bundles {_size(k.bytes_by_kind['bundles'])}, cache {_size(k.bytes_by_kind['cache'])})"
+        )
+        print(
+            f"      {k.generations} generation(s), {k.boots} boot(s) cold/partial/warm {counts}, "
+            f"last {k.last_verdict or '-'} ready {ready}, created {k.created or '-'}, last used {k.last_used or '-'}"
+            + (f"  IN USE: {'; '.join(k.in_use)}" if k.in_use else "")
+        )
+    print(f"HF snapshots ({len(scan.models)}):")
+    for m in scan.models:
+        print(f"  {m.name}@{m.revision[:12]}  {_size(m.bytes)}  keys: {', '.join(m.keys) or 'none'}")
+    rate = f"flat ${data['price_gb_month']:.3f}/GB" if data["price"] == "flat" else "Runpod's $0.07/GB (first TB)"
+    trash = f", {_size(scan.trash_bytes)} left by an interrupted gc" if scan.trash_bytes else ""
+    cost = data["monthly_cost_usd"]
+    print(
+        f"Total {_size(data['total_bytes'])} (keys {_size(data['keys_bytes'])}, "
+        f"HF cache {_size(data['hf_cache_bytes'])}"
+        f"{trash}): about ${cost:.{2 if cost >= 0.01 else 4}f} per month at {rate}"
+    )
+    for w in scan.warnings:
+        print(f"warning: {w}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import explain
+    from .store.scan import scan_volume
+
+    if args.key or args.last:
+        scan = scan_volume(_layout(args))
+        found = explain.last_boot(scan, None if args.last else args.key)
+        if found is None:
+            what = "no boot recorded on the volume" if args.last else f"no key {args.key} with a recorded boot"
+            log.error("warmstart | explain  | %s", what)
+            return EXIT_CONFIG
+        result = explain.explain_boot(*found)
+    else:
+        from .boot import plan_boot
+
+        settings = _settings(args)
+        plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
+        scan = scan_volume(plan.layout)
+        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print("\n".join(result.lines()))
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from .settings import SettingsError
+    from .store.gc import GcOptions, parse_size, plan_gc
+    from .store.scan import scan_volume
+
+    try:
+        max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
+    except ValueError as exc:
+        raise SettingsError([f"--max-bytes {exc}"]) from exc
+    if args.keep_last is not None and args.keep_last < 0:
+        raise SettingsError(["--keep-last must be 0 or more"])
+    ttl = float(os.environ.get("WARMSTART_LEASE_TTL_S") or 600.0)
+    options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
+    scan = scan_volume(_layout(args))
+    plan = plan_gc(scan, options, ttl_s=ttl)
+    if not args.dry_run and not args.yes:
+        if not sys.stdin.isatty():
+            log.error("warmstart | gc       | refusing to delete without --yes (or look first with --dry-run)")
+            return EXIT_CONFIG
+        names = [k.name for k in plan.remove_keys] + [f"{m.name}@{m.revision[:12]}" for m in plan.remove_models]
+        print("Will remove:\n  " + ("\n  ".join(names) or "(no key or snapshot)"), file=sys.stderr)
+        if input(f"Free {_size(plan.freed_bytes)}? [y/N] ").strip().lower() not in ("y", "yes"):
+            return 1
+    if args.dry_run:
+        data = plan.to_json(dry_run=True)
+    else:
+        result = plan.execute(ttl_s=ttl)
+        data = plan.to_json(dry_run=False, removed=result.removed_keys)
+        data["kept_because"].update(result.kept_late)
+        if result.kept_late:
+            data["freed_bytes"] -= sum(k.bytes for k in plan.remove_keys if k.name in result.kept_late)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    for name in data["removed_keys"]:
+        print(f"{verb} key {name}")
+    for name in data["removed_models"]:
+        print(f"{verb} HF snapshot {name}")
+    for g in data["staged_garbage"]:
+        print(f"{verb} {len(g['generations'])} old generation(s), {len(g['bundles'])} bundle(s) of {g['key']}")
+    for name, why in data["kept_because"].items():
+        print(f"kept {name}: {why}")
+    print(f"{'would free' if args.dry_run else 'freed'} {_size(data['freed_bytes'])} ({data['freed_bytes']} bytes)")
+    return 0
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from .store.scan import scan_volume
+    from .timeline import render_timeline
+
+    scan = scan_volume(_layout(args))
+    if args.key:
+        key = scan.key(args.key)
+    else:  # the key that booted last
+        key = max(scan.keys, key=lambda k: k.last_used or "", default=None)
+    if key is None:
+        log.error(
+            "warmstart | timeline | %s", f"no key {args.key} on the volume" if args.key else "no key on the volume"
+        )
+        return EXIT_CONFIG
+    subtitle = f"{key.model}@{(key.revision or '?')[:12]} on {key.hardware}, vLLM {key.vllm}, {key.mode} mode"
+    Path(args.html).write_text(render_timeline(list(key.history), title=key.name, subtitle=subtitle))
+    log.info("warmstart | timeline | %d boot(s) of %s -> %s", len(key.history), key.name, args.html)
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from . import predict
+    from .store.scan import scan_volume
+
+    layout = _layout(args) if args.evaluate else None
+    plan = None
+    if not args.evaluate:
+        from .boot import plan_boot
+
+        plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing")
+        layout = plan.layout
+    assert layout is not None
+    scan = scan_volume(layout)
+
+    def layers_of(report: dict) -> float | None:
+        model = report.get("model") or {}
+        if model.get("path") and (found := predict.config_layers(Path(model["path"]))) is not None:
+            return found
+        snapshot = layout.hub_cache / ("models--" + str(model.get("name", "")).replace("/", "--"))
+        return predict.config_layers(snapshot / "snapshots" / str(model.get("revision", "")))
+
+    samples = predict.samples_from_history(((k.name, b) for k in scan.keys for b in k.history), layers_of)
+    if args.evaluate:
+        data = predict.evaluate(samples)
+        keep = ("all", "cold", "warm", "baseline_mean_of_other_keys")
+        print(json.dumps(data, indent=2) if args.json else json.dumps({k: data[k] for k in keep}))
+        return 0
+    assert plan is not None
+    if not samples:
+        log.error("warmstart | predict  | no completed boot recorded on %s: nothing to fit", layout.root)
+        return EXIT_CONFIG
+    x = predict.features_of(plan.key.factors, plan.model.bytes, predict.config_layers(plan.model.path))
+    timeout = plan.settings.runpod_init_timeout_s
+    data = predict.prediction(
+        predict.PhaseModels.fit(samples),
+        x,
+        init_timeout_s=timeout or predict.DEFAULT_INIT_TIMEOUT_S,
+        timeout_from_env=timeout is not None,
+    )
+    data["key"] = plan.key.dirname
+    for w in data["warnings"]:
+        log.warning("warmstart | predict  | %s", w)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"key {data['key']} ({data['boots_used']} boot(s) of {data['keys_used']} key(s) fitted)")
+    for name in ("cold", "warm"):
+        got = data[name]
+        if got is None:
+            continue
+        phases = ", ".join(f"{p} {v:.1f}s" for p, v in got["phases"].items())
+        print(f"  {name}: ready in {got['ready_s']:.1f} s ({phases})")
     return 0
 
 
@@ -161,7 +393,46 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="boot report from a vLLM log file")
     p.add_argument("logfile")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--html", metavar="FILE", help="also draw the boot's phases into a self-contained HTML page")
     p.set_defaults(func=cmd_report)
+
+    p = with_volume(sub.add_parser("ls", help="keys and HF snapshots on the volume, sizes, boots, monthly cost"))
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--price-gb-month",
+        type=float,
+        metavar="USD",
+        help="flat USD per GB and month (default: $WARMSTART_VOLUME_PRICE_GB_MONTH, else Runpod's tiers)",
+    )
+    p.set_defaults(func=cmd_ls)
+
+    p = with_volume(sub.add_parser("explain", help="will the next boot be cold, and why; why a key's last boot missed"))
+    p.add_argument("key", nargs="?", help="a key directory name: explain its last boot")
+    p.add_argument("--last", action="store_true", help="explain the newest boot on the volume")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_explain)
+
+    p = with_volume(sub.add_parser("gc", help="remove old keys (and unused HF snapshots); never one in use"))
+    p.add_argument("--older-than", type=float, metavar="DAYS", help="remove keys last used more than DAYS ago")
+    p.add_argument("--keep-last", type=int, metavar="N", help="always keep the N most recently used keys")
+    p.add_argument("--max-bytes", metavar="SIZE", help="remove the oldest keys until the volume holds at most SIZE")
+    p.add_argument("--models", action="store_true", help="also remove HF snapshots that no kept key uses")
+    p.add_argument("--dry-run", action="store_true", help="plan and print; change nothing")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_gc)
+
+    p = with_volume(sub.add_parser("timeline", help="a key's boots as phase bars in one HTML file"))
+    p.add_argument("key", nargs="?", help="key directory name (default: the key used last)")
+    p.add_argument("--html", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_timeline)
+
+    p = with_volume(sub.add_parser("predict", help="predict this configuration's cold and warm ready time"))
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--evaluate", action="store_true", help="instead: leave-one-key-out error of the models on the volume's boots"
+    )
+    p.set_defaults(func=cmd_predict)
 
     p = with_volume(sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub"))
     p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
@@ -181,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")
+    b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/predict")
     b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/s3")

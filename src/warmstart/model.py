@@ -6,9 +6,14 @@ cache on the volume by itself first, with no huggingface_hub import and no netwo
 `refs/<revision>` -> commit -> `snapshots/<commit>/`. Only a snapshot that is missing or
 incomplete is downloaded, through huggingface_hub, with progress in the log.
 
-vLLM is then given the snapshot *path* (plus `--served-model-name`), never the hub id:
-with HF_HUB_OFFLINE vLLM rewrites an id to the path before hashing, so naming the same
-path on every boot keeps its compile hash stable (field notes).
+vLLM is then given a *path* (plus `--served-model-name`), never the hub id: with
+HF_HUB_OFFLINE vLLM rewrites an id to the snapshot path before hashing (engine/arg_utils.py,
+"HF_HUB_OFFLINE is True, replace model_id"). And the path is not the snapshot's own, which
+depends on where the snapshot lives (the volume's HF cache, or a copy baked into the image),
+but a fixed link to it, `<WARMSTART_LOCAL_CACHE>/models/<org>--<name>/<commit>`: vLLM hashes
+`ModelConfig.model` as the string it was given (config/model.py `compute_hash`; no realpath on
+the way, `get_model_path` returns an existing path unchanged), so one model keeps one compile
+hash wherever its files are.
 """
 
 from __future__ import annotations
@@ -299,3 +304,34 @@ def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str 
         exc = errors[0]
         raise ModelError(f"{repo_id}: download failed: {type(exc).__name__}: {exc}") from exc
     return Path(paths[0])
+
+
+def vllm_model_path(model: ResolvedModel, local_cache: Path) -> Path:
+    """The path vLLM is given for `model`: the same on every boot of the same model and commit.
+
+    A hub model gets a link under the local cache (see `link_model`), whichever HF cache holds
+    the snapshot. A local directory is named by the user and is its own stable path.
+    """
+    if model.repo_id is None:
+        return model.path
+    return local_cache / "models" / model.repo_id.replace("/", "--") / model.revision
+
+
+def link_model(link: Path, target: Path) -> bool:
+    """Point `link` at `target` (atomically: a temporary link renamed over it). True if it changed.
+
+    Nothing is done when `link` is `target` itself (a local directory) or already points there.
+    """
+    if link == target:
+        return False
+    try:
+        if link.is_symlink() and os.readlink(link) == str(target):
+            return False
+    except OSError:
+        pass
+    link.parent.mkdir(parents=True, exist_ok=True)
+    temporary = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    temporary.unlink(missing_ok=True)
+    os.symlink(target, temporary, target_is_directory=True)
+    os.replace(temporary, link)
+    return True

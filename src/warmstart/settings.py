@@ -59,7 +59,8 @@ class EngineFlag:
 
 
 ENGINE_FLAGS: tuple[EngineFlag, ...] = (
-    # Shape and numerics of the compiled model: part of the key.
+    # In the key: vLLM hashes them into its compile cache's name (VllmConfig.compute_hash, checked
+    # flag by flag against vLLM itself in tests/test_vllm_hash.py), so a change means a cold compile.
     EngineFlag("MAX_MODEL_LEN", "--max-model-len", "int", True),
     EngineFlag("DTYPE", "--dtype", "choice", True, DTYPES),
     EngineFlag("KV_CACHE_DTYPE", "--kv-cache-dtype", "str", True),
@@ -72,31 +73,36 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("ENFORCE_EAGER", "--enforce-eager", "pair_bool", True),
     EngineFlag("COMPILATION_CONFIG", "--compilation-config", "json", True),
     EngineFlag("BLOCK_SIZE", "--block-size", "int", True),
+    # vLLM hashes its effect: off, max_num_batched_tokens defaults to max(max_model_len, default).
     EngineFlag("ENABLE_CHUNKED_PREFILL", "--enable-chunked-prefill", "pair_bool", True),
     EngineFlag("ATTENTION_BACKEND", "--attention-backend", "str", True),
     EngineFlag("ENABLE_LORA", "--enable-lora", "pair_bool", True),
     EngineFlag("MAX_LORAS", "--max-loras", "int", True),
     EngineFlag("MAX_LORA_RANK", "--max-lora-rank", "int", True),
     EngineFlag("SPECULATIVE_CONFIG", "--speculative-config", "json", True),
+    # vLLM hashes its effects, not the flag (LoadConfig.compute_hash is empty; some formats
+    # change the model config, e.g. `maybe_untie_word_embeddings` in config/vllm.py).
     EngineFlag("LOAD_FORMAT", "--load-format", "str", True),
     EngineFlag("HF_OVERRIDES", "--hf-overrides", "json", True),
-    # Serving behaviour only: never in the key.
+    # ModelConfig fields that ModelConfig.compute_hash does not ignore (config/model.py).
+    EngineFlag("TRUST_REMOTE_CODE", "--trust-remote-code", "pair_bool", True),
+    EngineFlag("MAX_LOGPROBS", "--max-logprobs", "int", True),
+    # 0.33 hashes it for multimodal models (`factors["mm_limit_per_prompt"]`); 0.32 does not.
+    EngineFlag("LIMIT_MM_PER_PROMPT", "--limit-mm-per-prompt", "json", True),
+    # Serving behaviour only: vLLM leaves them out of its hash, and so does the key.
     EngineFlag("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization", "float", False),
     EngineFlag("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes", "str", False),
     EngineFlag("ENABLE_PREFIX_CACHING", "--enable-prefix-caching", "pair_bool", False),
-    EngineFlag("TRUST_REMOTE_CODE", "--trust-remote-code", "pair_bool", False),
     EngineFlag("SEED", "--seed", "int", False),
     EngineFlag("TOKENIZER_NAME", "--tokenizer", "str", False),
     EngineFlag("TOKENIZER_REVISION", "--tokenizer-revision", "str", False),
     EngineFlag("TOKENIZER_MODE", "--tokenizer-mode", "str", False),
     EngineFlag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "pair_bool", False),
     EngineFlag("CUSTOM_CHAT_TEMPLATE", "--chat-template", "str", False),
-    EngineFlag("MAX_LOGPROBS", "--max-logprobs", "int", False),
     EngineFlag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "pair_bool", False),
     EngineFlag("TOOL_CALL_PARSER", "--tool-call-parser", "str", False),
     EngineFlag("REASONING_PARSER", "--reasoning-parser", "str", False),
     EngineFlag("LORA_MODULES", "--lora-modules", "str", False),
-    EngineFlag("LIMIT_MM_PER_PROMPT", "--limit-mm-per-prompt", "json", False),
     EngineFlag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False),
     EngineFlag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False),
     EngineFlag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False),
@@ -104,8 +110,11 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("RESPONSE_ROLE", "--response-role", "str", False),
 )
 
-# `--flag` names in VLLM_EXTRA_ARGS that cannot change a compiled artifact. Every other
-# extra flag goes into the key: a needless cold boot is cheaper than a wrong hit.
+# `--flag` names in VLLM_EXTRA_ARGS that vLLM leaves out of its compile hash (each checked
+# against vLLM in tests/test_vllm_hash.py). Every other extra flag goes into the key: a
+# needless cold boot is cheaper than a wrong hit. Not here although they look like serving
+# flags: --max-logprobs, --generation-config and --override-generation-config are ModelConfig
+# fields that vLLM hashes.
 EXTRA_ARGS_NOT_IN_KEY = frozenset(
     {
         "--served-model-name",
@@ -125,12 +134,9 @@ EXTRA_ARGS_NOT_IN_KEY = frozenset(
         "--tool-call-parser",
         "--enable-auto-tool-choice",
         "--reasoning-parser",
-        "--max-logprobs",
         "--disable-uvicorn-access-log",
         "--enable-prefix-caching",
         "--no-enable-prefix-caching",
-        "--override-generation-config",
-        "--generation-config",
         "--hf-token",
     }
 )
@@ -229,7 +235,7 @@ class Settings:
     baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
     runpod_init_timeout_s: float | None = None
     hub_offline: bool = False  # HF_HUB_OFFLINE: never download, even if the snapshot is incomplete
-    vllm_env: tuple[tuple[str, str], ...] = ()  # VLLM_* variables the user set (reach vLLM as is)
+    vllm_env: tuple[tuple[str, str], ...] = ()  # variables of vLLM's (is_vllm_variable) that the user set
     s3_url: str | None = None  # s3://bucket/prefix: the staged store shared by every datacenter
     s3_endpoint_url: str | None = None  # an S3-compatible endpoint (Runpod, R2, MinIO); AWS when unset
     s3_region: str | None = None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
@@ -448,7 +454,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     if problems:
         raise SettingsError(problems)
 
-    vllm_env = tuple(sorted((k, v) for k, v in env.items() if k.startswith("VLLM_") and k not in _NOT_VLLM_ENGINE_ENV))
+    vllm_env = tuple(sorted((k, v) for k, v in env.items() if is_vllm_variable(k)))
     return Settings(
         model_name=model_name,
         model_revision=revision,
@@ -481,8 +487,50 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     )
 
 
-# VLLM_* variables that are warmstart's own settings (worker-vllm names), not vLLM's.
-_NOT_VLLM_ENGINE_ENV = frozenset({"VLLM_EXTRA_ARGS", "VLLM_PORT", "VLLM_STARTUP_TIMEOUT", "VLLM_CONFIG_FILE"})
+# Variables without the VLLM_ prefix that vLLM 0.33 reads through vllm/envs.py and hashes into
+# its compile cache (`envs.compile_factors()`: every `environment_variables` entry minus its
+# ignore list, plus the RAY_EXPERIMENTAL_NOSET_* names it reads with os.getenv). They enter the
+# key like the VLLM_* ones; tests/test_vllm_hash.py compares this list with vLLM's own table.
+VLLM_HASHED_UNPREFIXED = frozenset(
+    {
+        "CMAKE_BUILD_TYPE",
+        "CUDA_HOME",
+        "MOONCAKE_PREFERRED_SEGMENT",
+        "MOONCAKE_REQUESTER_LOCAL_HOSTNAME",
+        "NVCC_THREADS",
+        "VERBOSE",
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES",
+        "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES",
+        "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
+        "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
+        "RAY_EXPERIMENTAL_NOSET_RBLN_RT_VISIBLE_DEVICES",
+    }
+)
+
+# worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
+_WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
+
+# The wrapper's variables that vLLM's process still gets: the Hub token (for a library that
+# fetches a config or tokenizer) and HF_HUB_OFFLINE (which the engine environment sets anyway).
+_PASSED_TO_VLLM = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"})
+
+
+# Variables that configure warmstart and must not reach vLLM's environment. vLLM reads
+# `VLLM_PORT` as the first of its internal ports (vllm/envs.py `get_vllm_port`,
+# vllm/utils/network_utils.py `get_open_ports_list`), while worker-vllm's VLLM_PORT is the API
+# port; other VLLM_* wrapper names are an "Unknown vLLM environment variable" to vLLM
+# (platforms/interface.py `validate_environ`, fatal with hard_fail). The engine flags reach vLLM
+# as arguments; generic names such as SEED or BLOCK_SIZE have no business in its environment.
+WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - _PASSED_TO_VLLM
+
+
+def is_vllm_variable(name: str) -> bool:
+    """A variable vLLM reads (and may hash): VLLM_*, or one of its unprefixed names."""
+    return (name.startswith("VLLM_") or name in VLLM_HASHED_UNPREFIXED) and name not in WITHHELD_FROM_VLLM
 
 
 def is_secret_name(name: str) -> bool:

@@ -174,6 +174,10 @@ def main(args: argparse.Namespace) -> int:
         from .s3bench import bench_s3
 
         result = bench_s3(Path(args.workdir).resolve(), latency_ms=args.latency_ms, mbps=args.mbps, server=args.server)
+    elif args.bench == "predict":
+        from .predictbench import bench_predict
+
+        result = bench_predict(Path(args.workdir).resolve())
     elif args.bench == "weights":
         from .weightsbench import bench_weights
 

@@ -401,6 +401,12 @@ class PublishLease(Lease):
                 return True
         return lease_expired(data)
 
+    def is_live(self) -> bool:
+        """Someone holds the lease now: it exists and has neither expired nor lost its process."""
+        if not self.store.lease_path.exists():
+            return False
+        return not self._stale(self._read())
+
     def try_acquire(self) -> bool:
         self.store.root.mkdir(parents=True, exist_ok=True)
         payload = json.dumps(lease_payload(self.holder, self.ttl_s))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..cachekey import EngineInfo
-from ..settings import ENGINE_FLAGS, Settings, parse_bool
+from ..settings import ENGINE_FLAGS, WITHHELD_FROM_VLLM, Settings, parse_bool
 
 log = logging.getLogger("warmstart")
 
@@ -65,6 +65,21 @@ def engine_flag_args(settings: Settings) -> list[str]:
         else:
             args += [flag.flag, raw]
     return args
+
+
+def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: the wrapper's own, minus its settings, plus what warmstart maps.
+
+    The wrapper's variables (settings.WITHHELD_FROM_VLLM) stay behind: worker-vllm's VLLM_PORT
+    is the API port, but vLLM reads VLLM_PORT as the first of its internal ports
+    (utils/network_utils.py), and the engine flags reach vLLM as arguments already. `mapped`
+    (cache directories, HF home, offline mode, derived VLLM_* values) wins over the inherited
+    values. A pure function: environment in, environment out.
+    """
+    env = {k: v for k, v in inherited.items() if k not in WITHHELD_FROM_VLLM}
+    env.update(mapped)
+    env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are written: the phase clock
+    return env
 
 
 def engine_command(engine: EngineInfo, settings: Settings, model_path: Path, port: int) -> list[str]:

@@ -1,0 +1,348 @@
+"""`warmstart gc`: plan which keys (and HF snapshots) to remove, then remove them safely.
+
+Scan -> plan -> `execute()`, as in huggingface_hub's cache manager: `plan_gc` only reads,
+so `gc --dry-run` costs nothing and shows exactly what `execute` would do.
+
+What is never removed: a key with a boot in progress (a live marker under
+`warmstart/booting/`, see scan.py), a live publish lease, or a live restore registration;
+and an HF snapshot that a kept key, or a boot in progress, uses.
+
+Order, so that the volume is consistent after every step (a gc killed anywhere leaves a
+volume the next boot and the next `ls` read without error):
+
+1. Leftovers of an earlier, killed gc under `warmstart/trash/` are deleted.
+2. Each key is moved out of `warmstart/keys/` in one `rename()` into `warmstart/trash/`: a
+   key is either wholly present or gone, never half-deleted where a boot could find it.
+   Then the in-use checks run again; a boot that started between the plan and the rename
+   (its marker is outside the key directory, so the rename cannot hide it) gets its key
+   renamed back. Only then is the trashed copy deleted.
+3. HF snapshots go through huggingface_hub's `DeleteCacheStrategy`, which removes snapshot
+   links and refs before the blobs they point to.
+4. Kept staged keys get the staged store's own garbage collection (old generations first,
+   then unreferenced bundles) under the key's publish lease, which publishers also take.
+5. Expired boot markers are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .layout import VolumeLayout
+from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, read_boot_markers, scan_key
+
+DAY_S = 86400.0
+
+
+def parse_size(text: str) -> int:
+    """'500G', '1.5TB', '800MiB', '123' (bytes) -> bytes. Decimal units, as Runpod bills."""
+    raw = text.strip().upper().replace(" ", "")
+    units = {
+        "": 1,
+        "B": 1,
+        "K": 10**3,
+        "KB": 10**3,
+        "M": 10**6,
+        "MB": 10**6,
+        "G": 10**9,
+        "GB": 10**9,
+        "T": 10**12,
+        "TB": 10**12,
+        "KIB": 2**10,
+        "MIB": 2**20,
+        "GIB": 2**30,
+        "TIB": 2**40,
+    }
+    number = raw.rstrip("KMGTIB")
+    unit = raw[len(number) :]
+    if unit not in units or not number:
+        raise ValueError(f"{text!r}: expected a size such as 500G, 1.5TB or 800MiB")
+    return int(float(number) * units[unit])
+
+
+def _age_s(iso: str | None, at: float) -> float | None:
+    if not iso:
+        return None
+    try:
+        stamp = datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return at - stamp.timestamp()
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    older_than_days: float | None = None
+    keep_last: int | None = None
+    max_bytes: int | None = None
+    models: bool = False
+    grace_s: float = 600.0  # an HF snapshot written this recently may be a download in progress
+
+
+@dataclass(frozen=True)
+class StagedGarbage:
+    key: str
+    generations: tuple[str, ...]
+    bundles: tuple[str, ...]
+    temporaries: tuple[str, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    """What a gc will remove and why the rest stays. Immutable; `execute()` carries it out."""
+
+    layout: VolumeLayout
+    remove_keys: tuple[KeyInfo, ...]
+    remove_models: tuple[ModelInfo, ...]
+    kept_because: dict[str, str]
+    staged_garbage: tuple[StagedGarbage, ...]
+    trash_bytes: int
+    models_freed_bytes: int
+    hf_strategy: Any = field(default=None, repr=False, compare=False)  # huggingface_hub DeleteCacheStrategy
+
+    @property
+    def freed_bytes(self) -> int:
+        return (
+            sum(k.bytes for k in self.remove_keys)
+            + self.models_freed_bytes
+            + sum(g.bytes for g in self.staged_garbage)
+            + self.trash_bytes
+        )
+
+    def to_json(self, *, dry_run: bool, removed: Iterable[str] | None = None) -> dict[str, Any]:
+        keys = [k.name for k in self.remove_keys] if removed is None else list(removed)
+        return {
+            "dry_run": dry_run,
+            "removed_keys": keys,
+            "removed_models": [f"{m.name}@{m.revision}" for m in self.remove_models],
+            "freed_bytes": self.freed_bytes,
+            "kept_because": dict(self.kept_because),
+            "staged_garbage": [
+                {"key": g.key, "generations": list(g.generations), "bundles": list(g.bundles), "bytes": g.bytes}
+                for g in self.staged_garbage
+                if g.generations or g.bundles or g.temporaries
+            ],
+            "trash_bytes": self.trash_bytes,
+        }
+
+    def execute(self, *, on_step: Callable[[str], None] | None = None, ttl_s: float = 600.0) -> GcResult:
+        """Remove what the plan names, in the order that keeps the volume consistent.
+
+        `on_step` is called before each step with its description (tests use it to stop a gc
+        at every step boundary, as a kill would)."""
+        step = on_step or (lambda _: None)
+        removed: list[str] = []
+        kept_late: dict[str, str] = {}
+        trash = self.layout.warmstart_dir / TRASH_DIR
+        step("trash")
+        _empty_trash(trash)
+        for key in self.remove_keys:
+            step(f"key {key.name}")
+            if _remove_key(self.layout, key, trash, step):
+                removed.append(key.name)
+            else:
+                kept_late[key.name] = "a boot, publish or restore of this key started while gc ran"
+        if self.hf_strategy is not None and self.remove_models:
+            step("models")
+            self.hf_strategy.execute()
+        for garbage in self.staged_garbage:
+            step(f"staged {garbage.key}")
+            _collect_staged(self.layout, garbage.key, ttl_s)
+        step("markers")
+        for marker in read_boot_markers(self.layout):
+            if not marker.live():
+                try:
+                    marker.path.unlink()
+                except FileNotFoundError:
+                    pass
+        return GcResult(tuple(removed), kept_late)
+
+
+@dataclass(frozen=True)
+class GcResult:
+    removed_keys: tuple[str, ...]
+    kept_late: dict[str, str]  # keys the plan named that turned out to be in use
+
+
+def _empty_trash(trash: Path) -> None:
+    try:
+        names = os.listdir(trash)
+    except FileNotFoundError:
+        return
+    for name in names:
+        shutil.rmtree(trash / name, ignore_errors=True)
+
+
+def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[[str], None]) -> bool:
+    """Rename the key aside, re-check that nobody started using it, then delete it."""
+    source = layout.keys_dir / key.name
+    trash.mkdir(parents=True, exist_ok=True)
+    target = trash / f"{key.name}.{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(source, target)
+    except FileNotFoundError:
+        return False  # someone else removed it
+    step(f"recheck {key.name}")
+    booting = {m.key for m in read_boot_markers(layout) if m.live()}
+    again = scan_key(target, booting, [], time.time(), name=key.name)
+    if again.in_use:
+        try:
+            os.rename(target, source)
+        except OSError:
+            # The boot already made a fresh directory for the key: it boots cold from that one.
+            shutil.rmtree(target, ignore_errors=True)
+        return False
+    step(f"delete {key.name}")
+    shutil.rmtree(target, ignore_errors=True)
+    return True
+
+
+def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage | None:
+    from .staged import StagedStore, collect_garbage
+
+    store = StagedStore(layout.key_dir(key) / "staged")
+    if not store.root.is_dir():
+        return None
+    plan = collect_garbage(store, ttl_s=ttl_s)
+    size = 0
+    for path in (
+        [store.generations_dir / n for n in plan.generations]
+        + [store.bundles / n for n in plan.bundles]
+        + [store.root / n for n in plan.temporaries]
+    ):
+        try:
+            size += path.stat().st_size
+        except OSError:
+            pass
+    return StagedGarbage(key, plan.generations, plan.bundles, plan.temporaries, size)
+
+
+def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
+    """The staged store's own collector, under the key's publish lease (skipped while a publisher holds it)."""
+    from .staged import PublishLease, StagedStore, collect_garbage, worker_id
+
+    store = StagedStore(layout.key_dir(key) / "staged")
+    if not store.root.is_dir():
+        return
+    lease = PublishLease(store, f"gc-{worker_id()}", ttl_s=ttl_s)
+    if not lease.try_acquire():
+        return
+    try:
+        collect_garbage(store, ttl_s=ttl_s).execute(store)
+    finally:
+        lease.release()
+
+
+def _sort_newest_first(keys: Iterable[KeyInfo], at: float) -> list[KeyInfo]:
+    def age(k: KeyInfo) -> float:
+        a = _age_s(k.last_used, at)
+        return a if a is not None else float("inf")
+
+    return sorted(keys, key=lambda k: (age(k), k.name))
+
+
+def plan_gc(scan: VolumeScan, options: GcOptions, *, at: float | None = None, ttl_s: float = 600.0) -> GcPlan:
+    """Decide; change nothing."""
+    at = time.time() if at is None else at
+    ordered = _sort_newest_first(scan.keys, at)
+    kept: dict[str, str] = {}
+    protected: set[str] = set()
+    if options.keep_last is not None:
+        for k in ordered[: options.keep_last]:
+            protected.add(k.name)
+            kept[k.name] = f"among the {options.keep_last} most recently used key(s)"
+    selected: set[str] = set()
+    selective = options.older_than_days is not None or options.max_bytes is not None
+    if options.older_than_days is not None:
+        limit = options.older_than_days * DAY_S
+        for k in ordered:
+            age = _age_s(k.last_used, at)
+            if age is None or age > limit:
+                selected.add(k.name)
+            elif k.name not in kept:
+                kept[k.name] = f"used {age / DAY_S:.1f} day(s) ago, within {options.older_than_days:g}"
+    if options.max_bytes is not None:
+        total = scan.total_bytes
+        for k in reversed(ordered):  # oldest first
+            if total <= options.max_bytes:
+                break
+            if k.name in protected or k.in_use:
+                continue
+            selected.add(k.name)
+            total -= k.bytes
+        for k in ordered:
+            if k.name not in selected and k.name not in kept:
+                kept[k.name] = f"the volume fits in {options.max_bytes} bytes without removing it"
+    if not selective and options.keep_last is not None:
+        selected = {k.name for k in ordered}
+    for k in ordered:
+        if k.name not in selected and k.name not in kept:
+            kept[k.name] = "no option selects it (give --older-than, --keep-last or --max-bytes)"
+    remove: list[KeyInfo] = []
+    for k in ordered:
+        if k.name not in selected or k.name in protected:
+            continue
+        if k.in_use:
+            kept[k.name] = "in use: " + "; ".join(k.in_use)
+            continue
+        remove.append(k)
+    removed_names = {k.name for k in remove}
+    # A boot in progress may not have made its key directory yet: its marker names its model.
+    live_models = {(m.get("model"), m.get("revision")) for m in _live_marker_models(scan)}
+    remove_models: list[ModelInfo] = []
+    strategy = None
+    freed_models = 0
+    if options.models:
+        for model in scan.models:
+            label = f"{model.name}@{model.revision}"
+            users = [k for k in model.keys if k not in removed_names]
+            if users:
+                kept[label] = f"used by kept key(s): {', '.join(users)}"
+            elif (model.name, model.revision) in live_models:
+                kept[label] = "a boot in progress uses it"
+            elif at - model.last_modified < options.grace_s:
+                kept[label] = f"written in the last {options.grace_s:g} s (a download may be in progress)"
+            else:
+                remove_models.append(model)
+        if remove_models and scan.hf_cache_info is not None:
+            strategy = scan.hf_cache_info.delete_revisions(*(m.revision for m in remove_models))
+            freed_models = int(strategy.expected_freed_size)
+    garbage = []
+    for k in ordered:
+        if k.name in removed_names:
+            continue
+        g = _staged_plan(scan.layout, k.name, ttl_s)
+        if g is not None and (g.generations or g.bundles or g.temporaries):
+            garbage.append(g)
+    return GcPlan(
+        scan.layout,
+        tuple(remove),
+        tuple(remove_models),
+        kept,
+        tuple(garbage),
+        scan.trash_bytes,
+        freed_models,
+        strategy,
+    )
+
+
+def _live_marker_models(scan: VolumeScan) -> list[dict[str, Any]]:
+    from .history import read_json
+
+    out = []
+    for marker in scan.booting:
+        if marker.live():
+            data = read_json(marker.path)
+            if isinstance(data, dict):
+                out.append(data)
+    return out

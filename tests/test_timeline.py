@@ -1,0 +1,192 @@
+"""The timeline page, rendered by a real headless browser (Debian's chromium, `make test` installs it).
+
+The DOM that chromium builds is checked (one bar per measured phase, labels, the ready line,
+a chip per cache layer), and its screenshot must show the bars: pixels of the compile
+phase's colour, not a blank page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, WARMSTART
+from warmstart.timeline import phase_colours, render_timeline
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("no chromium: run `make test` (it runs .ci/ensure-chromium) or `apt-get install chromium`")
+    return found
+
+
+def browse(page: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    profile.mkdir()
+    args = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=1000,500",
+        *extra,
+        page.resolve().as_uri(),
+    ]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def dump_dom(page: Path, tmp: Path) -> str:
+    out = browse(page, tmp, "--dump-dom")
+    assert out.returncode == 0 and "<body" in out.stdout, out.stderr[-2000:]
+    return out.stdout
+
+
+def screenshot(page: Path, tmp: Path) -> Path:
+    png = tmp / (page.stem + ".png")
+    out = browse(page, tmp, f"--screenshot={png}")
+    assert out.returncode == 0 and png.is_file(), out.stderr[-2000:]
+    return png
+
+
+def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA PNG (what chromium writes) into rows of pixels, in pure Python."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    height = channels = 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and colour in (2, 6), (depth, colour)
+            channels = 4 if colour == 6 else 3
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    rows: list[bytes] = []
+    prev = bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b = prev[i]
+            c = prev[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, channels, rows
+
+
+def colour_count(path: Path, rgb: str) -> tuple[int, int]:
+    """(pixels of exactly this #rrggbb colour, pixels that are not white)."""
+    _, channels, rows = png_pixels(path)
+    target = bytes.fromhex(rgb.lstrip("#"))
+    hits = non_white = 0
+    for row in rows:
+        for x in range(0, len(row), channels):
+            px = row[x : x + 3]
+            if px == target:
+                hits += 1
+            if px != b"\xff\xff\xff":
+                non_white += 1
+    return hits, non_white
+
+
+def bars(dom: str) -> list[tuple[str, str]]:
+    """(phase, label text) of every bar in a boot row."""
+    return re.findall(r'<div class="bar[^"]*" data-phase="([^"]+)"[^>]*><span class="label">([^<]*)</span>', dom)
+
+
+def test_report_html_draws_one_bar_per_phase_of_a_log(tmp_path):
+    page = tmp_path / "cold.html"
+    out = subprocess.run(
+        [WARMSTART, "report", str(FIXTURES / "gpu-0.33-aot-cold.log"), "--json", "--html", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    measured = [name for name, value in report["phases"].items() if value is not None]
+    assert {"bootstrap", "weights", "compile", "kv_cache", "cudagraph", "api_ready"} <= set(measured)
+    html = page.read_text()
+    assert "http://" not in html and "https://" not in html and "<script" not in html  # nothing fetched
+    dom = dump_dom(page, tmp_path)
+    drawn = bars(dom)
+    assert [p for p, _ in drawn if p != "(unaccounted)"] == measured
+    for phase, label in drawn:
+        if phase in report["phases"]:
+            assert label == f"{phase} {report['phases'][phase]:.1f}s"
+            assert f'title="{phase}: {report["phases"][phase]:.2f} s"' in dom  # the hover text
+    assert f'data-ready="{report["ready_s"]:.3f}"' in dom
+    assert 'data-layer="vllm_compile" data-status="miss"' in dom
+
+    png = screenshot(page, tmp_path)
+    compile_colour = phase_colours(measured)["compile"]
+    hits, non_white = colour_count(png, compile_colour)
+    assert hits > 2000, f"no compile bar in the screenshot ({hits} pixels of {compile_colour})"
+    assert non_white > 10000
+
+
+def _boot(verdict: str, ready: float, compile_s: float, extra: dict | None = None) -> dict:
+    phases = {"resolve": 0.2, "restore": 0.3, "bootstrap": 20.0, "tokenizer": None, "weights": 0.4}
+    phases.update({"compile": compile_s, "kv_cache": 2.0, "cudagraph": None, "api_ready": 1.0, "publish": 0.5})
+    phases.update(extra or {})
+    phases = dict(sorted(phases.items()))  # as boots.jsonl stores them (json.dumps sort_keys)
+    status = "miss" if verdict == "cold" else "hit"
+    return {
+        "verdict": verdict,
+        "expected": "miss" if verdict == "cold" else "hit",
+        "ready_s": ready,
+        "phases": phases,
+        "started_at": "2026-12-01T00:00:00+00:00",
+        "caches": {"inductor": {"status": status, "detail": "files"}, "hf_weights": {"status": "hit", "detail": "x"}},
+    }
+
+
+def test_timeline_puts_cold_beside_warm_and_draws_new_phases(tmp_path):
+    boots = [_boot("cold", 60.0, 35.0), _boot("warm", 28.5, 3.0, {"startup_plan": 0.7})]
+    page = tmp_path / "key.html"
+    page.write_text(render_timeline(boots, title="tiny-llama--key", subtitle="test"))
+    dom = dump_dom(page, tmp_path)
+    rows = re.findall(r'<div class="boot" data-boot="(\d+)" data-verdict="(\w+)"', dom)
+    assert rows == [("0", "cold"), ("1", "warm")]
+    per_row = dom.split('<div class="boot" data-boot=')[1:3]
+    cold_bars = [p for p, _ in bars(per_row[0])]
+    warm_bars = [p for p, _ in bars(per_row[1])]
+    base = ["resolve", "restore", "bootstrap", "weights", "compile", "kv_cache", "api_ready"]
+    assert cold_bars == [*base, "(unaccounted)", "publish"]
+    # A phase the code never heard of goes before api_ready; publish comes after the ready line.
+    assert warm_bars == [*base[:-1], "startup_plan", "api_ready", "(unaccounted)", "publish"]
+    assert '<tr data-summary="cold"><td>cold</td><td>1</td><td>60.0 s</td></tr>' in dom
+    assert 'data-layer="inductor" data-status="hit"' in dom
+    png = screenshot(page, tmp_path)
+    hits, _ = colour_count(png, phase_colours(base)["compile"])
+    assert hits > 2000
