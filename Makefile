@@ -17,7 +17,7 @@ WARMSTART_LOCAL_CACHE ?= $(CURDIR)/.local-cache
 RUNPOD_API_PORT ?= 8000
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH WARMSTART_LOCAL_CACHE
 
-.PHONY: run boot test lint install clean testmodel fuse chromium gpu-check
+.PHONY: run boot test lint install clean testmodel fuse chromium gpu-check bench-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,14 @@ run: install testmodel
 boot: install testmodel
 	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart boot
 
+# `warmstart bench s3` serves its store with s3rver (npm): ranged GETs streamed from files.
+S3RVER_VERSION := 3.7.1
+.s3rver/.installed:
+	npm install --prefix .s3rver --no-audit --no-fund --silent s3rver@$(S3RVER_VERSION)
+	touch $@
+
+bench-tools: .s3rver/.installed
+
 # The GPU path on a bare CUDA machine (torch + Triton, no vLLM, nothing installed): hardware
 # detection and a compile cache hit across processes, as one JSON document. Skips without a GPU.
 GPU_PYTHON ?= python3
@@ -68,4 +76,4 @@ gpu-check:
 	PYTHONPATH=$(CURDIR)/src $(GPU_PYTHON) -m warmstart.dev.gpucheck --python $(GPU_PYTHON)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench
+	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench .s3rver

@@ -66,7 +66,7 @@ def test_documented_variables_are_exactly_those_read():
 
 def test_settings_source_reads_exactly_the_declared_wrapper_variables():
     source = (REPO / "src" / "warmstart" / "settings.py").read_text()
-    read = set(re.findall(r'(?:_get\(env, |number\()"([A-Z_]+)"', source)) - {"HOME"}
+    read = set(re.findall(r'(?:_get\(env, |number\()"([A-Z][A-Z0-9_]+)"', source)) - {"HOME"}
     assert read == set(WRAPPER_VARIABLES)
     assert not {f.env for f in ENGINE_FLAGS} & set(WRAPPER_VARIABLES)
 

@@ -31,6 +31,7 @@ from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hard
 from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings, is_vllm_variable
+from .store.backend import BundleStore
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
 from .store.scan import write_boot_marker
@@ -77,7 +78,8 @@ class BootPlan:
     warnings: tuple[str, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
-    publish_blocked: str | None = None  # why nothing may be published (a read-only or full volume)
+    s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
+    publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
     vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
 
     @property
@@ -87,7 +89,12 @@ class BootPlan:
 
     @property
     def mode(self) -> str:
-        return "staged" if self.staged is not None else "direct"
+        return "staged" if self.tiers else "direct"
+
+    @property
+    def tiers(self) -> tuple[BundleStore, ...]:
+        """Where generations are restored from, nearest first (and published to)."""
+        return tuple(t for t in (self.staged, self.s3) if t is not None)
 
     def describe(self, redactor: Redactor) -> dict[str, Any]:
         """`warmstart key --json`: the key, its factors and the environment mapping."""
@@ -101,6 +108,7 @@ class BootPlan:
             "env": redactor.mapping(dict(self.engine_env)),
             "cache_mode": self.mode,
             "staged_store": str(self.staged.root) if self.staged else None,
+            "s3_store": self.s3.location if self.s3 else None,
             "warnings": list(self.warnings),
         }
 
@@ -162,6 +170,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         message = (
             f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
             f"at {settings.local_cache_dir}, and nothing will be published"
+            + (" to it (the S3 store still is)" if settings.s3_url and settings.cache_mode == "staged" else "")
         )
         warnings.append(message)
         log.warning("warmstart | volume   | %s", message)
@@ -206,17 +215,39 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
 
     dirs = layout.cache_dirs(key)
     staged = None
+    s3 = None
     if settings.cache_mode == "staged":
+        local_dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
         if layout.on_volume:
             # Caches live on local disk; the volume holds the key's published generations.
             staged = StagedStore(layout.key_dir(key) / "staged")
-            dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
+            dirs = local_dirs
         elif read_only_volume is not None:
             # Generations published to it earlier can still be restored (into local disk).
             if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
                 staged = StagedStore(read_only_volume.key_dir(key) / "staged")
-        else:
-            warnings.append("WARMSTART_CACHE_MODE=staged needs a volume: caches stay local")
+            dirs = local_dirs
+        if settings.s3_url:
+            from .store.s3 import open_store
+
+            s3 = open_store(
+                settings.s3_url,
+                settings.s3_endpoint_url,
+                settings.s3_region,
+                key.dirname,
+                spool_dir=settings.local_cache_dir / "spool",
+            )
+            dirs = local_dirs
+            stage(
+                "s3",
+                "staged store %s%s",
+                s3.location,
+                f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "",
+            )
+        elif not layout.on_volume and read_only_volume is None:
+            warnings.append("WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local")
+    elif settings.s3_url:
+        warnings.append("WARMSTART_S3_URL is used in staged mode only (WARMSTART_CACHE_MODE=direct): no S3 tier")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     env = engine_env(layout, dirs, offline=True)
     env.update(derived)
@@ -233,6 +264,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
         tuple(warnings),
         time.monotonic() - t0,
         staged,
+        s3,
         publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
     )
@@ -256,8 +288,11 @@ class Boot:
     history: BootHistory | None = None
     store: KeyStore | None = None
     t0: float = field(default_factory=time.monotonic)
-    restored: RestoreResult | None = None
-    published: PublishResult | None = None
+    restored: RestoreResult | None = None  # from the tier it came from (or the last one tried)
+    restore_problems: tuple[str, ...] = ()  # every tier's, prefixed with the tier
+    published: PublishResult | None = None  # to the volume (or, with no volume, the S3 store)
+    published_s3: PublishResult | None = None  # to the S3 store, beside a volume
+    bad_bundles: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
     worker: str = field(default_factory=worker_id)
     engine_env: dict[str, str] = field(default_factory=dict)  # the environment vLLM was started with
     marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
@@ -308,7 +343,7 @@ class Boot:
         except OSError as exc:  # a full or vanished volume: boot anyway, say so
             self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
             log.warning("warmstart | store    | could not write the key's manifest on the volume: %s", exc)
-        if plan.staged is not None:
+        if plan.tiers:
             self.restore()
         plan.cache_dirs.create()
         self.before = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
@@ -351,74 +386,112 @@ class Boot:
     def expected(self) -> str | None:
         """hit if the caches should hold this key's artifacts: an earlier boot completed (direct)
         or a generation was restored (staged)."""
-        if self.plan.staged is not None:
+        if self.plan.tiers:
             return "hit" if self.restored is not None and self.restored.restored else "miss"
         return self.history.expected if self.history else None
 
     def restore(self) -> None:
-        """Staged: replace the local cache with the newest intact generation from the volume."""
+        """Staged: replace the local cache with the newest intact generation of the nearest tier
+        that has one (the volume, else the S3 store). One restored from S3 reaches the volume
+        with the volume's publish: it lacks a generation, so that publish writes all of it."""
         plan = self.plan
-        assert plan.staged is not None
-        result = restore(plan.staged, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s)
+        problems: list[str] = []
+        result = None
+        for tier in plan.tiers:
+            result = restore(tier, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s)
+            problems += [f"{tier.kind}: {p}" for p in result.problems]
+            self.bad_bundles[tier.kind] = result.bad_bundles
+            if result.unavailable:
+                log.warning(
+                    "warmstart | restore  | %s store unavailable, going on without it: %s",
+                    tier.kind,
+                    "; ".join(result.problems),
+                )
+            else:
+                for problem in result.problems:
+                    log.warning("warmstart | restore  | skipped in the %s store: %s", tier.kind, problem)
+            if result.restored:
+                stage(
+                    "restore",
+                    "generation %d: %d files (%.1f MB) in %.2f s from the %s store %s",
+                    result.generation,
+                    result.files,
+                    result.bytes / 1e6,
+                    result.seconds,
+                    tier.kind,
+                    tier.location,
+                )
+                break
+            last = tier is plan.tiers[-1]
+            if result.problems:
+                stage(
+                    "restore",
+                    "nothing could be restored from the %s store %s (%d problem(s) above)%s",
+                    tier.kind,
+                    tier.location,
+                    len(result.problems),
+                    ": starting cold" if last else "",
+                )
+            else:
+                stage(
+                    "restore",
+                    "no generation to restore in the %s store %s%s",
+                    tier.kind,
+                    tier.location,
+                    ": starting cold" if last else "",
+                )
         self.restored = result
-        for problem in result.problems:
-            log.warning("warmstart | restore  | skipped: %s", problem)
-        if result.restored:
-            stage(
-                "restore",
-                "generation %d: %d files (%.1f MB) in %.2f s from %s",
-                result.generation,
-                result.files,
-                result.bytes / 1e6,
-                result.seconds,
-                plan.staged.root,
-            )
-        elif result.problems:
-            stage(
-                "restore",
-                "nothing could be restored from %s (%d problem(s) above): starting cold",
-                plan.staged.root,
-                len(result.problems),
-            )
-        else:
-            stage("restore", "no generation to restore in %s: starting cold", plan.staged.root)
+        self.restore_problems = tuple(problems)
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
-        """Staged: publish what this boot added that the volume's generation lacks."""
+        """Staged: publish what this boot added that each tier's generation lacks, the volume
+        first (the next worker here reads it), then the S3 store (other datacenters)."""
         plan = self.plan
-        if plan.staged is None:
+        if not plan.tiers:
             return None
-        settings = plan.settings
         step("boot:publish")
-        if plan.publish_blocked is not None:  # said once already, in the volume line
-            self.published = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
-            stage("publish", "skipped: %s", self.published.detail)
-            return self.published
-        key_dir = plan.staged.root.parent
-        if not key_dir.is_dir():
-            # The volume went away after the boot began (unmounted, or the key's directory was
-            # removed): publishing would recreate the tree on whatever is at that path now.
-            result = PublishResult(
-                "skipped",
-                detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
-            )
-            self.published = result
-            log.warning("warmstart | publish  | %s", result.detail)
-            return result
-        stage("publish", "publishing new cache files to %s", plan.staged.root)
+        results = []
+        for tier in plan.tiers:
+            result = self._publish_to(tier, wait_s)
+            if tier is plan.s3 and plan.staged is not None:
+                self.published_s3 = result
+            else:
+                self.published = result
+            results.append(result)
+        return results[0] if results else None
+
+    def _publish_to(self, tier: BundleStore, wait_s: float | None) -> PublishResult:
+        plan = self.plan
+        settings = plan.settings
+        if isinstance(tier, StagedStore):
+            if plan.publish_blocked is not None:  # said once already, in the volume line
+                result = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
+                stage("publish", "%s skipped: %s", tier.kind, result.detail)
+                return result
+            key_dir = tier.root.parent
+            if not key_dir.is_dir():
+                # The volume went away after the boot began (unmounted, or the key's directory was
+                # removed): publishing would recreate the tree on whatever is at that path now.
+                result = PublishResult(
+                    "skipped",
+                    detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
+                )
+                log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
+                return result
+        stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
         result = publish(
-            plan.staged,
-            plan.cache_dirs.base,
+            tier,
+            self.plan.cache_dirs.base,
             publisher=self.worker,
             lease_wait_s=settings.publish_wait_s if wait_s is None else wait_s,
             lease_ttl_s=settings.lease_ttl_s,
-            distrust=self.restored.bad_bundles if self.restored else (),
+            distrust=self.bad_bundles.get(tier.kind, ()),
         )
-        self.published = result
         if result.status == "published":
             stage(
                 "publish",
-                "generation %d: %d files (%.1f MB) in %.2f s (%s)",
+                "%s generation %d: %d files (%.1f MB) in %.2f s (%s)",
+                tier.kind,
                 result.generation,
                 result.files,
                 result.bytes / 1e6,
@@ -426,9 +499,9 @@ class Boot:
                 result.detail,
             )
         elif result.status == "failed":
-            log.warning("warmstart | publish  | %s", result.detail)
+            log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
         else:
-            stage("publish", "%s: %s", result.status, result.detail)
+            stage("publish", "%s %s: %s", tier.kind, result.status, result.detail)
         return result
 
     @property
@@ -448,25 +521,25 @@ class Boot:
         return counts
 
     def staged_summary(self) -> dict[str, Any] | None:
-        if self.plan.staged is None:
+        plan = self.plan
+        if not plan.tiers:
             return None
-        r, p = self.restored, self.published
-        return {
-            "store": str(self.plan.staged.root),
-            "local": str(self.plan.cache_dirs.base),
+        r = self.restored
+        first = plan.tiers[0]
+        summary = {
+            "store": first.location,
+            "local": str(plan.cache_dirs.base),
             "generation_restored": r.generation if r else None,
-            "restore_problems": list(r.problems) if r else [],
-            "publish": None
-            if p is None
-            else {
-                "status": p.status,
-                "generation": p.generation,
-                "files": p.files,
-                "bytes": p.bytes,
-                "seconds": round(p.seconds, 3),
-                "detail": p.detail,
-            },
+            "restored_from": r.source if r is not None and r.restored else None,
+            "restore_problems": list(self.restore_problems),
+            "publish": _publish_summary(self.published),
         }
+        if plan.s3 is not None:
+            summary["s3"] = {
+                "store": plan.s3.location,
+                "publish": _publish_summary(self.published if plan.staged is None else self.published_s3),
+            }
+        return summary
 
     def link_model(self) -> None:
         """Point the stable model path at this boot's snapshot. If the link cannot be made, vLLM
@@ -567,11 +640,16 @@ class Boot:
         observed = self.observed()
         warnings = list(plan.warnings)
         if self.restored is not None:
-            warnings += [f"restore skipped {p}" for p in self.restored.problems]
+            warnings += [f"restore skipped {p}" for p in self.restore_problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
-        if self.published is not None and self.published.status in ("failed", "skipped") and not plan.publish_blocked:
-            warnings.append(self.published.detail)
+        for kind, result in (("volume", self.published), ("s3", self.published_s3)):
+            if result is None or result.status not in ("failed", "skipped"):
+                continue
+            tier_kind = kind if plan.staged is not None else plan.tiers[0].kind
+            if tier_kind == "volume" and plan.publish_blocked:
+                continue  # said once, in the volume line
+            warnings.append(f"{tier_kind}: {result.detail}")
         if self.store is not None:
             warnings += self.store.warnings
         for scan in after.values():
@@ -650,6 +728,19 @@ class Boot:
         if self.engine is None:
             return None
         return self.engine.stop()
+
+
+def _publish_summary(p: PublishResult | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {
+        "status": p.status,
+        "generation": p.generation,
+        "files": p.files,
+        "bytes": p.bytes,
+        "seconds": round(p.seconds, 3),
+        "detail": p.detail,
+    }
 
 
 def run_boot(

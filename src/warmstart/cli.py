@@ -11,7 +11,7 @@
     warmstart timeline [KEY] --html F a key's boots as phase bars, in one self-contained HTML page
     warmstart predict [--json]        this configuration's cold and warm ready time, from the volume's boots
     warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|weights|volume|serve  benchmarks, printed as JSON
+    warmstart bench boot|weights|volume|serve|s3  benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 """
@@ -455,6 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/predict")
+    b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/s3")
+    b.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
+    b.add_argument("--mbps", type=float, default=100.0, help="MB/s per stream (default 100)")
+    b.add_argument(
+        "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
+    )
     b = bench_sub.add_parser("serve", help="the job handler's overhead under load; --api: jobs through Runpod's API")
     b.add_argument("--json", action="store_true")
     b.add_argument("--jobs", type=int, help="jobs per side (default 3000; --api: 30)")

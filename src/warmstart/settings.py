@@ -191,6 +191,9 @@ WRAPPER_VARIABLES = (
     "WARMSTART_WEIGHTS_PREFETCH",
     "WARMSTART_WEIGHTS_RAM_SHARE",
     "WARMSTART_HUB_TIMEOUT_S",
+    "WARMSTART_S3_URL",
+    "WARMSTART_S3_ENDPOINT_URL",
+    "WARMSTART_S3_REGION",
 )
 
 
@@ -233,6 +236,9 @@ class Settings:
     runpod_init_timeout_s: float | None = None
     hub_offline: bool = False  # HF_HUB_OFFLINE: never download, even if the snapshot is incomplete
     vllm_env: tuple[tuple[str, str], ...] = ()  # variables of vLLM's (is_vllm_variable) that the user set
+    s3_url: str | None = None  # s3://bucket/prefix: the staged store shared by every datacenter
+    s3_endpoint_url: str | None = None  # an S3-compatible endpoint (Runpod, R2, MinIO); AWS when unset
+    s3_region: str | None = None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
     weights_prefetch: str = "auto"  # auto: read weights on the volume while vLLM boots; off: never
     weights_ram_share: float = 0.5  # prefetch only when the weights fit in this share of available RAM
     warnings: tuple[str, ...] = ()
@@ -415,6 +421,28 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     if vllm_python is not None and not os.path.isabs(vllm_python):
         problems.append(f"WARMSTART_VLLM_PYTHON={vllm_python!r}: must be an absolute path")
 
+    # The S3 tier. Credentials are not read here: boto3 takes them from the standard AWS
+    # variables itself, so they never enter Settings (or anything printed from it).
+    s3_url = _get(env, "WARMSTART_S3_URL")
+    s3_endpoint = _get(env, "WARMSTART_S3_ENDPOINT_URL")
+    s3_region = _get(env, "WARMSTART_S3_REGION")
+    if s3_url is not None:
+        from .store.s3 import parse_s3_url
+
+        try:
+            parse_s3_url(s3_url)
+        except ValueError as exc:
+            problems.append(f"WARMSTART_S3_URL={s3_url!r}: {exc}")
+    if s3_endpoint is not None:
+        from .store.s3 import check_endpoint_url
+
+        try:
+            check_endpoint_url(s3_endpoint)
+        except ValueError as exc:
+            problems.append(f"WARMSTART_S3_ENDPOINT_URL: {exc}")
+        if s3_url is None:
+            warnings.append("WARMSTART_S3_ENDPOINT_URL is set but WARMSTART_S3_URL is not: no S3 tier")
+
     served = _get(env, "OPENAI_SERVED_MODEL_NAME_OVERRIDE") or model_name
     hub_offline = False
     if (raw_offline := _get(env, "HF_HUB_OFFLINE")) is not None:
@@ -450,6 +478,9 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         runpod_init_timeout_s=init_timeout,
         hub_offline=hub_offline,
         vllm_env=vllm_env,
+        s3_url=s3_url,
+        s3_endpoint_url=s3_endpoint,
+        s3_region=s3_region,
         weights_prefetch=weights_prefetch,
         weights_ram_share=weights_ram_share,
         warnings=tuple(warnings),

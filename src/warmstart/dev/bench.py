@@ -170,6 +170,10 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     if args.bench == "boot":
         result = bench_boot(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "2")))
+    elif args.bench == "s3":
+        from .s3bench import bench_s3
+
+        result = bench_s3(Path(args.workdir).resolve(), latency_ms=args.latency_ms, mbps=args.mbps, server=args.server)
     elif args.bench == "predict":
         from .predictbench import bench_predict
 

@@ -451,8 +451,15 @@ class BootReport:
         if self.staged is not None:
             restored = self.staged.get("generation_restored")
             line = f"restored generation {restored}" if restored is not None else "nothing restored"
-            if (pub := self.staged.get("publish")) is not None:
-                line += f"; publish {pub['status']}"
+            if restored is not None and self.staged.get("restored_from"):
+                line += f" from the {self.staged['restored_from']} store"
+            publishes = [("publish", self.staged.get("publish"))]
+            if (s3 := self.staged.get("s3")) is not None and s3.get("publish") != self.staged.get("publish"):
+                publishes.append(("s3 publish", s3.get("publish")))
+            for label, pub in publishes:
+                if pub is None:
+                    continue
+                line += f"; {label} {pub['status']}"
                 if pub.get("generation") is not None:
                     line += f" (generation {pub['generation']}, {pub['files']} files)"
             out.append(f"warmstart | staged   | {line}")

@@ -121,13 +121,17 @@ def local_api_hint(rest: list[str]) -> str:
 
 
 def start_background_publish(boot: Boot, report: dict[str, Any]) -> threading.Thread | None:
-    """Staged: publish after vLLM serves, without holding jobs back; the boot report job then
-    shows the publish too."""
-    if boot.plan.staged is None:
+    """Staged: publish after vLLM serves (to the volume, then the S3 store), without holding jobs
+    back; the boot report job then shows the publish too. Nothing raised here reaches serving."""
+    if not boot.plan.tiers:
         return None
 
     def run() -> None:
-        boot.publish()
+        try:
+            boot.publish()
+        except Exception as exc:  # a store's failure must never fail serving
+            log.warning("warmstart | publish  | background publish failed: %s", boot.redactor.text(str(exc)))
+            return
         report["staged"] = boot.staged_summary()
         report["phases"] = {**report["phases"], "publish": boot.publish_s}
         for layer, extra in boot.staged_layer_counts().items():

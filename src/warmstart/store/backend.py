@@ -1,0 +1,185 @@
+"""Where a key's staged caches live: the interface the staged algorithms are written against.
+
+`store.staged` restores, publishes and collects garbage with one implementation of each;
+what differs between a folder on the network volume and an S3 prefix is only how a name
+is listed, read, written, created without clobbering, and removed. Names are relative to
+the key's staged root and keep the volume's layout in every store:
+
+    generations/g00000007.json    created last, never overwritten
+    bundles/<sha prefix>-<id>.tar immutable
+    readers/<reader>.json         a restore in progress (protects its bundles)
+    publish.lease                 who may publish now, until when
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from .bundle import BundleRef, Generation, StoreError, gen_name
+
+GENERATIONS = "generations"
+BUNDLES = "bundles"
+READERS = "readers"
+LEASE = "publish.lease"
+
+
+def lease_payload(holder: str, ttl_s: float) -> dict[str, Any]:
+    """What a lease holds, in every store: who, where, until when."""
+    return {"holder": holder, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
+
+
+def lease_expired(data: dict[str, Any]) -> bool:
+    """A lease past its expiry, or held by a process on this machine that is gone (killed)."""
+    if float(data.get("expires", 0)) < time.time():
+        return True
+    if data.get("host") == socket.gethostname():
+        try:
+            os.kill(int(data.get("pid", 0)), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
+class Lease(ABC):
+    """Who may publish: one holder at a time, lost at expiry by a holder that died."""
+
+    held: bool = False
+
+    @abstractmethod
+    def try_acquire(self) -> bool: ...
+
+    @abstractmethod
+    def release(self) -> None: ...
+
+    def current_holder(self) -> str | None:
+        """Who holds the lease now, for the log line of a worker that waits for it (None: unknown)."""
+        return None
+
+    def acquire(self, wait_s: float, poll_s: float = 1.0) -> bool:
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.try_acquire():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+
+
+class BundleWriter(ABC):
+    """A bundle being written: tar bytes go to `sink`; `commit` makes it visible under its
+    final name (after the store verified it), `abort` leaves nothing behind but what the
+    garbage collector removes."""
+
+    sink: BinaryIO
+
+    @abstractmethod
+    def commit(self, size: int, sha256: str, files: int) -> BundleRef: ...
+
+    @abstractmethod
+    def abort(self) -> None: ...
+
+
+class BundleStore(ABC):
+    """One key's staged store. Subclasses: `staged.StagedStore` (a folder), `s3.S3Store`."""
+
+    kind: str = "store"  # "volume" or "s3": where a restore came from, in logs and reports
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where it is, for people: a path or an s3:// URL."""
+
+    @abstractmethod
+    def create(self) -> None:
+        """Make whatever must exist before a publish writes (folders); nothing for S3."""
+
+    @abstractmethod
+    def names(self, folder: str) -> dict[str, float]:
+        """Entry name -> age in seconds, for every entry in `folder` (temporaries included)."""
+
+    @abstractmethod
+    def read(self, rel: str) -> bytes:
+        """A small object's bytes. FileNotFoundError when it is not there."""
+
+    @abstractmethod
+    def write(self, rel: str, data: bytes) -> None:
+        """Write a small object whole (a reader registration): readers see old or new, never half."""
+
+    @abstractmethod
+    def exists(self, rel: str) -> bool: ...
+
+    @abstractmethod
+    def remove(self, rel: str) -> None:
+        """Remove one entry (or abandoned temporary); gone already is fine."""
+
+    @abstractmethod
+    def create_generation(self, number: int, data: bytes) -> bool:
+        """Make generations/g<number>.json hold `data`, unless that number exists: False then.
+        Never overwrites another publisher's generation."""
+
+    @abstractmethod
+    def bundle_chunks(self, ref: BundleRef) -> Iterator[bytes]:
+        """The bundle's bytes, in order. Raises StoreError(bundle=ref.name) if it is missing."""
+
+    @abstractmethod
+    def bundle_writer(self) -> BundleWriter: ...
+
+    @abstractmethod
+    def abandoned(self, ttl_s: float) -> list[str]:
+        """Temporaries older than `ttl_s` that a killed publisher left (names for `remove`)."""
+
+    @abstractmethod
+    def lease(self, holder: str, ttl_s: float) -> Lease: ...
+
+    # ------------------------------------------------------------------ shared on top
+
+    def generation_numbers(self) -> list[int]:
+        from .bundle import parse_gen_name
+
+        numbers = [parse_gen_name(name) for name in self.names(GENERATIONS)]
+        return sorted(n for n in numbers if n is not None)
+
+    def load(self, number: int) -> Generation:
+        name = gen_name(number)
+        try:
+            data = json.loads(self.read(f"{GENERATIONS}/{name}"))
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{name}: unreadable ({exc})") from exc
+        return Generation.from_json(data)
+
+    def latest(self) -> tuple[Generation | None, list[str]]:
+        """The newest generation whose index reads, and warnings about newer ones that did not."""
+        warnings = []
+        for number in reversed(self.generation_numbers()):
+            try:
+                return self.load(number), warnings
+            except FileNotFoundError:
+                continue
+            except StoreError as exc:
+                warnings.append(str(exc))
+        return None, warnings
+
+    def reader_registrations(self) -> dict[str, dict[str, Any] | None]:
+        """Reader registrations: name -> its content, None where unreadable."""
+        out: dict[str, dict[str, Any] | None] = {}
+        for name in self.names(READERS):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                data = json.loads(self.read(f"{READERS}/{name}"))
+                out[name] = data if isinstance(data, dict) else None
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                out[name] = None
+        return out
