@@ -107,24 +107,11 @@ class KeyStore:
         return self.layout.boots_path(self.key)
 
     def history(self) -> BootHistory:
-        boots: list[Mapping[str, Any]] = []
-        bad = 0
         try:
-            lines = self.boots_path.read_text().splitlines()
+            text = self.boots_path.read_text()
         except OSError:
-            lines = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(record, dict):
-                boots.append(record)
-            else:
-                bad += 1
+            text = ""
+        boots, bad = parse_boot_lines(text)
         if bad:
             self._warn(f"{self.boots_path}: skipped {bad} unreadable line(s) (truncated or corrupt)")
         return BootHistory(tuple(boots), bad)
@@ -185,3 +172,22 @@ class KeyStore:
             manifest["last_ready_s"] = report["ready_s"]
             manifest["last_verdict"] = report.get("verdict")
         write_json_atomic(self.manifest_path, manifest)
+
+
+def parse_boot_lines(text: str) -> tuple[list[dict[str, Any]], int]:
+    """boots.jsonl's reports, and how many lines were unreadable (a worker killed mid-write)."""
+    boots: list[dict[str, Any]] = []
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(record, dict):
+            boots.append(record)
+        else:
+            bad += 1
+    return boots, bad

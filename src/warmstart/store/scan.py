@@ -16,7 +16,6 @@ rename, and the marker must survive that to be seen by the re-check after it (gc
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -25,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .history import read_json, write_json_atomic
+from ..vllm.evidence import scan_tree
+from .history import parse_boot_lines, read_json, write_json_atomic
 from .layout import VolumeLayout
 
 BOOTING_DIR = "booting"
@@ -188,25 +188,9 @@ class KeyInfo:
 
 
 def _tree_bytes(root: Path, warnings: list[str]) -> int:
-    total = 0
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as it:
-                for entry in it:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(Path(entry.path))
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError as exc:
-                        warnings.append(f"{entry.path}: {exc.strerror or exc}")
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            warnings.append(f"{current}: {exc.strerror or exc}")
-    return total
+    scan = scan_tree(root)
+    warnings.extend(scan.warnings)
+    return scan.bytes
 
 
 def _key_bytes(path: Path, warnings: list[str]) -> dict[str, int]:
@@ -244,19 +228,7 @@ def read_history(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
     except OSError as exc:
         warnings.append(f"{path}: {exc.strerror or exc}")
         return []
-    boots, bad = [], 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(record, dict):
-            boots.append(record)
-        else:
-            bad += 1
+    boots, bad = parse_boot_lines(text)
     if bad:
         warnings.append(f"{path}: skipped {bad} unreadable line(s)")
     return boots
