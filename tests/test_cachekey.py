@@ -112,6 +112,15 @@ def test_extra_args_drop_serving_flags_with_their_values():
     assert kept == ["--max-num-batched-tokens", "4096", "--enforce-eager"]
 
 
+def test_how_weights_are_read_does_not_split_the_key():
+    """`bench weights` found it: adding vLLM's own prefetch flag made a warm worker boot cold."""
+    plain = key(BASELINE)
+    prefetch = key({**BASELINE, "VLLM_EXTRA_ARGS": "--safetensors-load-strategy prefetch --no-use-tqdm-on-load"})
+    assert prefetch.digest == plain.digest
+    eager = key({**BASELINE, "VLLM_EXTRA_ARGS": "--safetensors-load-strategy=eager --enforce-eager"})
+    assert eager.digest != plain.digest and eager.factors["extra_args"] == ["--enforce-eager"]
+
+
 def test_secrets_never_in_factors():
     k = key(
         {

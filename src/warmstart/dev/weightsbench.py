@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..boot import derive_engine_env
-from ..cachekey import detect_hardware, find_vllm_python, probe_engine
+from ..boot import derive_engine_env, detect_engine_hardware
+from ..cachekey import find_vllm_python, probe_engine
 from ..model import resolve
 from ..settings import from_env
 from ..store.layout import CacheDirs, VolumeLayout, engine_env
@@ -107,7 +107,7 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
     }
     settings = from_env(env_base)
     engine = probe_engine(find_vllm_python(settings.vllm_python))
-    hardware = detect_hardware(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    hardware = detect_engine_hardware(settings, engine, os.environ).hardware
     timeout = float(os.environ.get("VLLM_STARTUP_TIMEOUT", "900"))
     bare_dirs = CacheDirs(workdir / "bare-cache")
     bare_dirs.create()
