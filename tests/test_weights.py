@@ -216,7 +216,8 @@ def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm
         assert len(result["runs"][side]["ready_runs_s"]) == 1
         assert result["runs"][side]["weights_runs_s"] == [0.01]  # the scripted engine's "Loading weights took"
     (report,) = result["warmstart_reports"]
-    assert report["weights"]["source"] == "volume" and report["weights"]["prefetch"]["status"] == "done"
+    # It ran; the scripted engine "loads" at once, which may stop it before the end.
+    assert report["weights"]["source"] == "volume" and report["weights"]["prefetch"]["status"] in ("done", "stopped")
     assert set(result["goals"]) == {
         "weights_at_most_25pct_of_bare",
         "weights_at_most_50pct_of_bare_prefetch",
