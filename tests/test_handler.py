@@ -176,11 +176,22 @@ def test_dead_engine_gives_a_clear_error(fake_engine):
     url, proc = fake_engine
     os.killpg(proc.pid, 9)
     proc.wait()
-    unnoticed = JobHandler(url, SERVED, 5, lambda: None, lambda: None)
+    unnoticed = JobHandler(url, SERVED, 5, lambda: None, lambda: None, death_grace_s=0.2)
     (error,) = run_job(unnoticed, {"prompt": "hi"})
     assert error["error"].startswith("request to vLLM failed: ClientConnectorError")
     noticed = JobHandler(url, SERVED, 5, lambda: None, lambda: "vLLM stopped serving (exit code -9)")
     assert run_job(noticed, {"prompt": "hi"}) == [{"error": "vLLM stopped serving (exit code -9)"}]
+    # The connection fails before the exit status can be read (a busy machine, a process still
+    # being torn down): the job waits for it rather than blaming the request.
+    exits_at = time.monotonic() + 0.5
+    racing = JobHandler(
+        url,
+        SERVED,
+        5,
+        lambda: None,
+        lambda: "vLLM stopped serving (exit code -9)" if time.monotonic() >= exits_at else None,
+    )
+    assert run_job(racing, {"prompt": "hi"}) == [{"error": "vLLM stopped serving (exit code -9)"}]
 
 
 def test_runpod_entry_is_thin():

@@ -222,7 +222,18 @@ class JobHandler:
     boot_report: Callable[[], Mapping[str, Any] | None]
     engine_failure: Callable[[], str | None]  # a message once vLLM has died, else None
     api_key: str | None = field(default=None, repr=False)  # vLLM started with --api-key wants it on /v1
+    # A reset connection is often the first sign of vLLM's death: a killed process's sockets
+    # close before its exit status can be read. A failed request waits this long for that status,
+    # so the job says "vLLM stopped serving" rather than "connection reset".
+    death_grace_s: float = 2.0
     _session: Any = field(default=None, repr=False)
+
+    async def engine_failure_within(self, seconds: float) -> str | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while (failure := self.engine_failure()) is None and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return failure
 
     async def session(self) -> Any:
         import aiohttp
@@ -279,7 +290,7 @@ class JobHandler:
                     elif event != "[DONE]":
                         yield json.loads(event)
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
-            failure = self.engine_failure()
+            failure = await self.engine_failure_within(self.death_grace_s)
             if failure is not None:
                 yield {"error": failure}
             else:
