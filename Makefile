@@ -46,8 +46,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check src tests handler
 	$(VENV)/bin/hadolint Dockerfile
 
+# Two test processes, a file each at a time (module fixtures boot vLLM once): one vLLM boot keeps
+# about half of a 2-core machine busy (imports and g++ run one at a time), so two files at once
+# took 21 min where one took 28.5 (CI's machine kind). TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
 test: install fuse chromium lint
-	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
+	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 testmodel: $(VENV)/.installed
 	$(VENV)/bin/warmstart testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
