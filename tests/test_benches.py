@@ -23,3 +23,16 @@ def test_bench_boot_runs_both_sides_cold_then_warm(tmp_path, fake_vllm_python):
     assert result["warmstart_verdicts"] == ["cold", "warm", "warm"]
     assert len(result["warmstart_before_engine_s"]) == len(result["warmstart_wrapper_cpu_s"]) == 3
     assert result["goal_met"] == (result["overhead_warm_s"] <= 1.0 and result["overhead_cold_s"] <= 2.0)
+
+
+def test_bench_predict_boots_each_configuration_cold_then_warm_and_scores_them(tmp_path, fake_vllm_python):
+    env = base_env(tmp_path / "unused-volume", fake_vllm_python, tmp_path)
+    done = run_warmstart(["bench", "predict", "--json", "--workdir", str(tmp_path / "bench")], env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == "predict"
+    configs = [tuple(b["config"]) for b in result["boots"]]
+    assert configs == [c for c in ((256, 4), (512, 4), (256, 2), (1024, 8)) for _ in (0, 1)]
+    # A fresh local disk each time: the second boot of a configuration can only be warm from the volume.
+    assert [b["verdict"] for b in result["boots"]] == ["cold", "warm"] * 4
+    assert result["evaluation"]["keys"] == 4 and result["evaluation"]["all"]["n"] == 8
