@@ -33,6 +33,21 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout_s
 
 
 @contextlib.contextmanager
+def serving(proc: subprocess.Popen[bytes], port: int, what: str) -> Iterator[str]:
+    """Yield a started server's endpoint URL once it listens; terminate it (kill after 10 s) on exit."""
+    try:
+        wait_for_port(port, proc, what)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
 def moto_server(*, auth: bool = False) -> Iterator[str]:
     """Yield the endpoint URL of a fresh moto server on 127.0.0.1 (stopped on exit). With
     `auth`, moto checks every request's access key against its empty IAM: all are wrong."""
@@ -43,16 +58,8 @@ def moto_server(*, auth: bool = False) -> Iterator[str]:
     proc = subprocess.Popen(
         [MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    try:
-        wait_for_port(port, proc, "moto server")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serving(proc, port, "moto server") as url:
+        yield url
 
 
 S3RVER_VERSION = "3.7.1"
@@ -88,13 +95,5 @@ def s3rver_server(data_dir: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    try:
-        wait_for_port(port, proc, "s3rver")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serving(proc, port, "s3rver") as url:
+        yield url

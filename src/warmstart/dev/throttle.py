@@ -74,18 +74,14 @@ async def serve(listen: int, upstream: int, latency_ms: float, mbps: float) -> N
 def throttled(upstream_url: str, *, latency_ms: float, mbps: float) -> Iterator[str]:
     """Yield a URL that reaches `upstream_url` (http://127.0.0.1:PORT) through the proxy."""
     from ..vllm.engine import free_port
-    from .s3server import wait_for_port
+    from .s3server import serving
 
     upstream = int(upstream_url.rsplit(":", 1)[1])
     port = free_port()
     args = ["--listen", str(port), "--upstream", str(upstream), "--latency-ms", str(latency_ms), "--mbps", str(mbps)]
     proc = subprocess.Popen([sys.executable, "-m", "warmstart.dev.throttle", *args])
-    try:
-        wait_for_port(port, proc, "throttle proxy")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serving(proc, port, "throttle proxy") as url:
+        yield url
 
 
 def main() -> None:
