@@ -22,6 +22,7 @@ import pytest
 
 from conftest import WARMSTART, base_env, run_warmstart
 from s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
+from test_staged import tree, write
 from warmstart.dev.testmodel import write_test_model
 from warmstart.dev.throttle import throttled
 from warmstart.settings import SettingsError, from_env
@@ -62,16 +63,6 @@ def s3_store(client, bucket: str, **kwargs) -> S3Store:
     # Small parts and ranges, so that test-sized bundles take the multipart and parallel paths.
     kwargs = {"part_size": 5 * MIB, "multipart_threshold": 6 * MIB, "range_size": MIB, "lease_settle_s": 0.2} | kwargs
     return S3Store(client, parse_s3_url(f"s3://{bucket}/warmstart"), "key-a", **kwargs)
-
-
-def write(base: Path, rel: str, data: bytes) -> None:
-    path = base / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def tree(base: Path) -> dict[str, bytes]:
-    return {p.relative_to(base).as_posix(): p.read_bytes() for p in base.rglob("*") if p.is_file()}
 
 
 @pytest.fixture
