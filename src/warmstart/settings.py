@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .s3url import check_endpoint_url, parse_s3_url
+
 DEFAULT_VOLUME = "/runpod-volume"
 DEFAULT_MAX_CONCURRENCY = 30
 DEFAULT_STARTUP_TIMEOUT_S = 1200.0
@@ -432,15 +434,11 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     s3_endpoint = _get(env, "WARMSTART_S3_ENDPOINT_URL")
     s3_region = _get(env, "WARMSTART_S3_REGION")
     if s3_url is not None:
-        from .store.s3 import parse_s3_url
-
         try:
             parse_s3_url(s3_url)
         except ValueError as exc:
             problems.append(f"WARMSTART_S3_URL={s3_url!r}: {exc}")
     if s3_endpoint is not None:
-        from .store.s3 import check_endpoint_url
-
         try:
             check_endpoint_url(s3_endpoint)
         except ValueError as exc:

@@ -44,7 +44,8 @@ from ..hardware import (
     smi_selection,
 )
 from ..store.layout import CacheDirs
-from ..vllm.evidence import LogEvidence, TreeScan, layer_statuses, scan_tree
+from ..tree import TreeScan, scan_tree
+from ..vllm.evidence import LogEvidence, layer_statuses
 
 DEADLINE_S = 270.0  # the whole check; `make gpu-check` must finish in under 5 minutes
 

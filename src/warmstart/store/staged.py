@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..vllm.evidence import scan_tree
+from ..tree import scan_tree
 from .backend import (
     BUNDLES,
     GENERATIONS,
