@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.cachekey import EngineInfo
 from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, SettingsError, from_env
 from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
+from warmstart.vllm.install import EngineInfo
 
 BASE = {"MODEL_NAME": "org/model"}
 

@@ -19,15 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from .cachekey import (
-    CacheKey,
-    EngineInfo,
-    derive_key,
-    find_vllm_python,
-    key_vllm_env,
-    probe_engine,
-)
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size, last_flag_value
+from .key import CacheKey, derive_key, key_vllm_env
 from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings, is_vllm_variable
@@ -40,6 +33,7 @@ from .tree import TreeScan, scan_tree
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence
+from .vllm.install import EngineInfo, find_vllm_python, probe_engine
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 

@@ -486,9 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("warmstart | settings | %s", redactor.text(str(exc)))
         return EXIT_CONFIG
     except Exception as exc:  # model and engine errors: one readable line, no traceback spam
-        from .cachekey import EngineNotFound
         from .hardware import HardwareError
         from .model import ModelError
+        from .vllm.install import EngineNotFound
 
         if isinstance(exc, (ModelError, EngineNotFound, HardwareError)):
             log.error("warmstart | error    | %s", redactor.text(str(exc)))

