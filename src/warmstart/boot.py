@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size, last_flag_value
+from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
 from .key import CacheKey, derive_key, key_vllm_env
 from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
@@ -31,6 +31,7 @@ from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
+from .vllm.argv import last_flag_value
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine

@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .vllm.argv import last_flag_value
+
 
 class HardwareError(RuntimeError):
     """The machine looks like it has a GPU, but nothing could say which."""
@@ -287,19 +289,6 @@ def apply_device_ids(
 
 
 # --------------------------------------------------------------------------- what the engine uses
-
-
-def last_flag_value(args: Sequence[str], names: tuple[str, ...]) -> str | None:
-    """The last value given to any of `names` (argparse keeps the last), in `--x N` or `--x=N` form."""
-    value: str | None = None
-    for i, arg in enumerate(args):
-        name, eq, rest = arg.partition("=")
-        if name in names:
-            if eq:
-                value = rest
-            elif i + 1 < len(args):
-                value = args[i + 1]
-    return value
 
 
 # (ENGINE_FLAGS variable, vLLM flag and its alias): read from vLLM 0.33 engine/arg_utils.py.
@@ -570,7 +559,6 @@ __all__ = [
     "engine_world_size",
     "gpu_signs",
     "hardware_from_devices",
-    "last_flag_value",
     "parse_smi_list",
     "parse_smi_query",
     "probe_torch",

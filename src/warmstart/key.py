@@ -26,6 +26,7 @@ from typing import Any
 from .hardware import Hardware
 from .model import ResolvedModel
 from .settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, Settings, is_secret_name
+from .vllm.argv import flags, without_flags
 from .vllm.install import EngineInfo
 
 # Variables warmstart sets for vLLM: their values are paths, and they must not split keys.
@@ -169,19 +170,8 @@ def _slug(text: str, limit: int = 48) -> str:
 
 def key_extra_args(extra: tuple[str, ...]) -> list[str]:
     """VLLM_EXTRA_ARGS minus the flags (and their values) that cannot change artifacts."""
-    kept: list[str] = []
-    skip_value = False
-    for arg in extra:
-        if skip_value:
-            skip_value = False
-            if not arg.startswith("-"):
-                continue
-        name = arg.split("=", 1)[0]
-        if arg.startswith("--") and (name in EXTRA_ARGS_NOT_IN_KEY or is_secret_name(name)):
-            skip_value = "=" not in arg
-            continue
-        kept.append(arg)
-    return kept
+    dropped = {name for name in flags(extra) if name in EXTRA_ARGS_NOT_IN_KEY or is_secret_name(name)}
+    return without_flags(extra, dropped)
 
 
 def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:

