@@ -34,8 +34,8 @@ def test_aot_off_on_cpu_unless_the_user_says():
 
 
 def test_every_mapped_cache_variable_stays_out_of_the_key():
-    """The cache mapping's values are paths: they must not split keys (key.MAPPED_ENV)."""
-    from warmstart.key import MAPPED_ENV
+    """The cache mapping's values are paths: they must not split keys (vllm.hashing.MAPPED_ENV)."""
     from warmstart.store.layout import CACHE_LAYERS
+    from warmstart.vllm.hashing import MAPPED_ENV
 
     assert {var for _, _, var in CACHE_LAYERS} <= MAPPED_ENV

@@ -234,7 +234,7 @@ def test_workers_with_other_local_disks_share_a_key():
 
 def test_ignore_list_is_vllm_033s():
     """A spot check of the copied table against vllm/envs.py 0.33 (`ignored_factors`)."""
-    from warmstart.key import VLLM_ENV_NOT_HASHED
+    from warmstart.vllm.hashing import VLLM_ENV_NOT_HASHED
 
     assert len(VLLM_ENV_NOT_HASHED) == 83
     for name in ("VLLM_PORT", "VLLM_CACHE_ROOT", "VLLM_ENABLE_STARTUP_PLAN", "VLLM_API_KEY", "VLLM_CPU_KVCACHE_SPACE"):

@@ -30,10 +30,11 @@ import pytest
 from conftest import MODEL_ID
 from warmstart.dev.testmodel import write_test_model
 from warmstart.hardware import Hardware
-from warmstart.key import VLLM_ENV_NOT_HASHED, derive_key
+from warmstart.key import derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
-from warmstart.settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, VLLM_HASHED_UNPREFIXED, Settings, from_env
+from warmstart.settings import ENGINE_FLAGS, Settings, from_env
 from warmstart.vllm.engine import engine_command
+from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED, VLLM_HASHED_UNPREFIXED
 from warmstart.vllm.install import EngineInfo
 
 pytestmark = pytest.mark.vllm
@@ -287,7 +288,7 @@ def test_variable_splits_the_key_exactly_when_vllm_hashes_it(world, name):
 
 
 def test_ignore_list_matches_the_installed_vllm(world):
-    """key.VLLM_ENV_NOT_HASHED is 0.33's list; 0.32's is the same minus six names."""
+    """vllm.hashing.VLLM_ENV_NOT_HASHED is 0.33's list; 0.32's is the same minus six names."""
     installed = set(world["result"]["env_ignored"])
     assert installed <= VLLM_ENV_NOT_HASHED
     assert VLLM_ENV_NOT_HASHED - installed == IGNORED_ONLY_IN_033

@@ -23,6 +23,7 @@ from typing import Literal
 
 from .s3url import check_endpoint_url, parse_s3_url
 from .vllm.argv import flags, last_flag_value
+from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 
 DEFAULT_VOLUME = "/runpod-volume"
 DEFAULT_MAX_CONCURRENCY = 30
@@ -111,42 +112,6 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False),
     EngineFlag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "pair_bool", False),
     EngineFlag("RESPONSE_ROLE", "--response-role", "str", False),
-)
-
-# `--flag` names in VLLM_EXTRA_ARGS that vLLM leaves out of its compile hash (each checked
-# against vLLM in tests/test_vllm_hash.py). Every other extra flag goes into the key: a
-# needless cold boot is cheaper than a wrong hit. Not here although they look like serving
-# flags: --max-logprobs, --generation-config and --override-generation-config are ModelConfig
-# fields that vLLM hashes.
-EXTRA_ARGS_NOT_IN_KEY = frozenset(
-    {
-        "--served-model-name",
-        "--host",
-        "--port",
-        "--uvicorn-log-level",
-        "--api-key",
-        "--disable-log-stats",
-        "--enable-log-requests",
-        "--no-enable-log-requests",
-        "--disable-log-requests",
-        "--gpu-memory-utilization",
-        "--kv-cache-memory-bytes",
-        "--seed",
-        "--chat-template",
-        "--response-role",
-        "--tool-call-parser",
-        "--enable-auto-tool-choice",
-        "--reasoning-parser",
-        "--disable-uvicorn-access-log",
-        "--enable-prefix-caching",
-        "--no-enable-prefix-caching",
-        "--hf-token",
-        # How weights are read, not what is compiled: LoadConfig.compute_hash has "no factors to
-        # consider" (vllm/config/load.py, 0.32 and 0.33).
-        "--safetensors-load-strategy",
-        "--use-tqdm-on-load",
-        "--no-use-tqdm-on-load",
-    }
 )
 
 # Flags warmstart sets itself; accepting them from VLLM_EXTRA_ARGS would break the
@@ -482,30 +447,6 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         warnings=tuple(warnings),
     )
 
-
-# Variables without the VLLM_ prefix that vLLM 0.33 reads through vllm/envs.py and hashes into
-# its compile cache (`envs.compile_factors()`: every `environment_variables` entry minus its
-# ignore list, plus the RAY_EXPERIMENTAL_NOSET_* names it reads with os.getenv). They enter the
-# key like the VLLM_* ones; tests/test_vllm_hash.py compares this list with vLLM's own table.
-VLLM_HASHED_UNPREFIXED = frozenset(
-    {
-        "CMAKE_BUILD_TYPE",
-        "CUDA_HOME",
-        "MOONCAKE_PREFERRED_SEGMENT",
-        "MOONCAKE_REQUESTER_LOCAL_HOSTNAME",
-        "NVCC_THREADS",
-        "VERBOSE",
-        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES",
-        "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES",
-        "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
-        "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
-        "RAY_EXPERIMENTAL_NOSET_RBLN_RT_VISIBLE_DEVICES",
-    }
-)
 
 # worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
 _WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
