@@ -32,7 +32,8 @@ from warmstart.dev.testmodel import write_test_model
 from warmstart.hardware import Hardware
 from warmstart.key import derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
-from warmstart.settings import ENGINE_FLAGS, Settings, from_env
+from warmstart.settings import Settings, from_env
+from warmstart.variables import ENGINE_FLAGS
 from warmstart.vllm.engine import engine_command
 from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED, VLLM_HASHED_UNPREFIXED
 from warmstart.vllm.install import EngineInfo

@@ -23,13 +23,14 @@ from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hard
 from .key import CacheKey, derive_key, key_vllm_env
 from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
-from .settings import Settings, is_vllm_variable
+from .settings import Settings
 from .store.backend import BundleStore
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
 from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .tree import TreeScan, scan_tree
+from .variables import is_vllm_variable
 from .vllm import evidence
 from .vllm.argv import last_flag_value
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port

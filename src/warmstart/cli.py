@@ -110,8 +110,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported lazily
     """The volume named by --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (no other setting needed)."""
-    from .settings import DEFAULT_VOLUME, SettingsError
+    from .settings import SettingsError
     from .store.layout import VolumeLayout
+    from .variables import DEFAULT_VOLUME
 
     root = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or os.environ.get("BASE_PATH") or DEFAULT_VOLUME)
     if not root.is_dir():

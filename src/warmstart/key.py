@@ -3,7 +3,7 @@
 A key names everything that changes what torch.compile, Inductor, Triton, DeepGEMM,
 FlashInfer or the CUDA driver produce: the model, its pinned revision and the path vLLM is
 given for it, the hardware, the vLLM / torch / Triton / Python builds, the flags marked
-`in_key` in settings.ENGINE_FLAGS and the variables vLLM hashes. The rule for flags and
+`in_key` in variables.ENGINE_FLAGS and the variables vLLM hashes. The rule for flags and
 variables is vLLM's own compile hash, checked against vLLM in tests/test_vllm_hash.py:
 whatever vLLM hashes is in the key, and what it leaves out (served name, memory fraction,
 port, log level, tokens) stays out, so changing it keeps a worker warm.
@@ -25,7 +25,8 @@ from typing import Any
 
 from .hardware import Hardware
 from .model import ResolvedModel
-from .settings import ENGINE_FLAGS, Settings, is_secret_name
+from .settings import Settings
+from .variables import ENGINE_FLAGS, is_secret_name
 from .vllm.argv import flags, without_flags
 from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
 from .vllm.install import EngineInfo

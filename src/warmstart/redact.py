@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 
-from .settings import is_secret_name
+from .variables import is_secret_name
 from .vllm.argv import parse_argv
 
 MASK = "***"
