@@ -204,6 +204,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from .limits import LEASE_TTL_S
     from .settings import SettingsError
     from .store.gc import GcOptions, parse_size, plan_gc
     from .store.scan import scan_volume
@@ -214,7 +215,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise SettingsError([f"--max-bytes {exc}"]) from exc
     if args.keep_last is not None and args.keep_last < 0:
         raise SettingsError(["--keep-last must be 0 or more"])
-    ttl = float(os.environ.get("WARMSTART_LEASE_TTL_S") or 600.0)
+    ttl = float(os.environ.get("WARMSTART_LEASE_TTL_S") or LEASE_TTL_S)
     options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
     scan = scan_volume(_layout(args))
     plan = plan_gc(scan, options, ttl_s=ttl)
@@ -272,6 +273,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from . import predict
+    from .limits import RUNPOD_INIT_TIMEOUT_S
     from .store.scan import scan_volume
 
     layout = _layout(args) if args.evaluate else None
@@ -306,7 +308,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     data = predict.prediction(
         predict.PhaseModels.fit(samples),
         x,
-        init_timeout_s=timeout or predict.DEFAULT_INIT_TIMEOUT_S,
+        init_timeout_s=timeout or RUNPOD_INIT_TIMEOUT_S,
         timeout_from_env=timeout is not None,
     )
     data["key"] = plan.key.dirname

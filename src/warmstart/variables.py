@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .limits import LEASE_TTL_S, RUNPOD_INIT_TIMEOUT_S
 from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 
 Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
@@ -159,7 +160,7 @@ WRAPPER: tuple[Variable, ...] = (
         "RUNPOD_INIT_TIMEOUT",
         "float",
         "Runpod's cold-start limit; warmstart warns when this key's boots come near it",
-        shown="Runpod: 420",
+        shown=f"Runpod: {RUNPOD_INIT_TIMEOUT_S:g}",
         field="runpod_init_timeout_s",
         minimum=1,
     ),
@@ -176,7 +177,7 @@ WRAPPER: tuple[Variable, ...] = (
         "WARMSTART_LEASE_TTL_S",
         "float",
         "staged: a publish lease (and an abandoned temporary file) expires after this many seconds",
-        default="600",
+        default=f"{LEASE_TTL_S:g}",
         field="lease_ttl_s",
         minimum=1,
     ),
