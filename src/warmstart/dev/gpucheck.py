@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..gpus import parse_smi_list
 from ..hardware import (
     HardwareError,
     detect_hardware,
     gpu_signs,
-    parse_smi_list,
     probe_torch,
     run_smi,
     smi_selection,
