@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from warmstart.boot import derive_engine_env
-from warmstart.cachekey import Hardware
+from warmstart.hardware import Hardware
 from warmstart.settings import from_env
 
 GPU = Hardware("gpu", "NVIDIA H200", "9.0", 1)
@@ -34,8 +34,8 @@ def test_aot_off_on_cpu_unless_the_user_says():
 
 
 def test_every_mapped_cache_variable_stays_out_of_the_key():
-    """The cache mapping's values are paths: they must not split keys (cachekey.MAPPED_ENV)."""
-    from warmstart.cachekey import MAPPED_ENV
+    """The cache mapping's values are paths: they must not split keys (vllm.hashing.MAPPED_ENV)."""
     from warmstart.store.layout import CACHE_LAYERS
+    from warmstart.vllm.hashing import MAPPED_ENV
 
     assert {var for _, _, var in CACHE_LAYERS} <= MAPPED_ENV

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import WARMSTART, base_env, run_warmstart
-from warmstart.cachekey import EngineInfo, Hardware, derive_key, detect_cpu, key_extra_args
+from warmstart.hardware import Hardware, detect_cpu
+from warmstart.key import derive_key, key_extra_args
 from warmstart.model import ResolvedModel
 from warmstart.settings import from_env
+from warmstart.vllm.install import EngineInfo
 
 MODEL = ResolvedModel("org/model", "org/model", "a" * 40, Path("/snap"), "hf-cache", 3, 100)
 GPU = Hardware("gpu", "NVIDIA H200", "9.0", 1)
@@ -232,7 +234,7 @@ def test_workers_with_other_local_disks_share_a_key():
 
 def test_ignore_list_is_vllm_033s():
     """A spot check of the copied table against vllm/envs.py 0.33 (`ignored_factors`)."""
-    from warmstart.cachekey import VLLM_ENV_NOT_HASHED
+    from warmstart.vllm.hashing import VLLM_ENV_NOT_HASHED
 
     assert len(VLLM_ENV_NOT_HASHED) == 83
     for name in ("VLLM_PORT", "VLLM_CACHE_ROOT", "VLLM_ENABLE_STARTUP_PLAN", "VLLM_API_KEY", "VLLM_CPU_KVCACHE_SPACE"):

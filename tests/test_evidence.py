@@ -8,8 +8,9 @@ import pytest
 
 import gpulogs
 from conftest import FIXTURES, run_warmstart
+from warmstart.tree import TreeScan
 from warmstart.vllm import evidence
-from warmstart.vllm.evidence import CacheLayer, LogEvidence, TreeScan, decide_verdict, report_from_log
+from warmstart.vllm.evidence import CacheLayer, LogEvidence, decide_verdict, report_from_log
 
 
 def log_report(name: str):

@@ -18,18 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import base_env, run_warmstart
-from warmstart.hardware import (
-    GpuDevice,
-    Hardware,
-    HardwareError,
-    apply_device_ids,
-    detect_hardware,
-    engine_world_size,
-    gpu_signs,
-    parse_smi_list,
-    parse_smi_query,
-    select_visible,
-)
+from warmstart.gpus import GpuDevice, apply_device_ids, parse_smi_list, parse_smi_query, select_visible
+from warmstart.hardware import Hardware, HardwareError, detect_hardware, engine_world_size, gpu_signs
 
 # Eight H200s, as nvidia-smi prints them (index follows the PCI bus).
 H200X8 = "\n".join(

@@ -16,7 +16,16 @@ from conftest import REPO, base_env, run_warmstart
 from warmstart.dev.testmodel import write_test_model
 from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
-from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, from_env, known_variables
+from warmstart.settings import from_env, render_reference
+from warmstart.variables import (
+    BY_NAME,
+    ENGINE_FLAGS,
+    REMOVED_VARS,
+    VARIABLES,
+    WRAPPER_VARIABLES,
+    is_secret_name,
+    known_variables,
+)
 from warmstart.worker.serve import init_timeout_warning, local_api_hint
 
 HUB = json.loads((REPO / ".runpod" / "hub.json").read_text())
@@ -24,9 +33,8 @@ TESTS = json.loads((REPO / ".runpod" / "tests.json").read_text())
 
 
 def documented_variables() -> set[str]:
-    """Variables in the README's configuration table: rows that start with | `NAME` |."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    """Variables in the configuration reference's tables: rows that start with | `NAME` |."""
+    section = (REPO / "docs" / "configuration.md").read_text()
     return set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", section, flags=re.M))
 
 
@@ -59,16 +67,61 @@ def test_every_hub_variable_is_read_by_the_settings():
 
 def test_documented_variables_are_exactly_those_read():
     documented = documented_variables()
-    assert documented, "README has no configuration table"
+    assert documented, "docs/configuration.md has no configuration table"
     assert documented - known_variables() == set(), "documented but not read"
     assert known_variables() - documented == set(), "read but not documented"
 
 
-def test_settings_source_reads_exactly_the_declared_wrapper_variables():
-    source = (REPO / "src" / "warmstart" / "settings.py").read_text()
-    read = set(re.findall(r'(?:_get\(env, |number\()"([A-Z][A-Z0-9_]+)"', source)) - {"HOME"}
-    assert read == set(WRAPPER_VARIABLES)
+class RecordingEnv(dict):
+    """A plain environment that records every name looked up in it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_settings_read_exactly_the_declared_variables():
+    env = RecordingEnv({"MODEL_NAME": "org/model"})
+    from_env(env)
+    read = env.read - {"HOME"} - set(REMOVED_VARS)
+    assert read == set(WRAPPER_VARIABLES) | {f.env for f in ENGINE_FLAGS}
     assert not {f.env for f in ENGINE_FLAGS} & set(WRAPPER_VARIABLES)
+
+
+def test_the_configuration_reference_is_the_tables_rendering():
+    """docs/configuration.md's tables are generated: `python -m warmstart.settings docs/configuration.md`."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    assert render_reference(text) == text, "run: python -m warmstart.settings docs/configuration.md"
+
+
+def test_secret_column_is_the_secret_name_rule():
+    for var in VARIABLES:
+        assert var.secret == bool(re.search(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", var.env)), var.env
+        assert var.secret == is_secret_name(var.env), var.env
+
+
+_HUB_TYPES = {"int": "number", "float": "number", "fraction": "number", "bool": "boolean", "pair_bool": "boolean"}
+
+
+def test_hub_env_entries_agree_with_the_table():
+    """Each Hub variable has the table's type, its default where the table has one, and only allowed options."""
+    for entry in HUB["config"]["env"]:
+        var = BY_NAME[entry["key"]]
+        given = entry["input"]
+        assert given["type"] == _HUB_TYPES.get(var.kind, "huggingface" if var.env == "MODEL_NAME" else "string")
+        if "default" in given and (var.default is not None or var.shown is not None):
+            shown = var.default if var.default is not None else str(var.shown).strip("`")
+            assert str(given["default"]) == shown, var.env
+        for option in given.get("options", []):
+            assert option["value"] in var.choices, (var.env, option)
 
 
 def test_hub_tests_inputs_are_accepted_by_the_handler():

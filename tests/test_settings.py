@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.cachekey import EngineInfo
-from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, SettingsError, from_env
+from warmstart.settings import SettingsError, from_env
+from warmstart.variables import ENGINE_FLAGS, WRAPPER_VARIABLES
 from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
+from warmstart.vllm.install import EngineInfo
 
 BASE = {"MODEL_NAME": "org/model"}
 
@@ -182,7 +183,7 @@ def test_no_vllm_prefixed_wrapper_variable_reaches_vllm(name):
     assert name not in engine_environment({name: "1"}, {})
 
 
-def test_readme_key_column_is_engine_flags_in_key():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|$", readme, flags=re.M))
+def test_documented_key_column_is_engine_flags_in_key():
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|", reference, flags=re.M))
     assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}

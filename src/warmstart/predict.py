@@ -39,7 +39,6 @@ PHASE_FEATURES: Mapping[str, tuple[str, ...]] = {
 UNACCOUNTED = "unaccounted"
 SKIP_PHASES = frozenset({"publish"})  # after ready: not part of the time to the first request
 RIDGE = 1.0
-DEFAULT_INIT_TIMEOUT_S = 420.0
 
 
 # --------------------------------------------------------------------------- least squares

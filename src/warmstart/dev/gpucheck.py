@@ -34,17 +34,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..gpus import parse_smi_list
 from ..hardware import (
     HardwareError,
     detect_hardware,
     gpu_signs,
-    parse_smi_list,
     probe_torch,
     run_smi,
     smi_selection,
 )
 from ..store.layout import CacheDirs
-from ..vllm.evidence import LogEvidence, TreeScan, layer_statuses, scan_tree
+from ..tree import TreeScan, scan_tree
+from ..vllm.evidence import LogEvidence, layer_statuses
 
 DEADLINE_S = 270.0  # the whole check; `make gpu-check` must finish in under 5 minutes
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ..boot import derive_engine_env, detect_engine_hardware
-from ..cachekey import find_vllm_python, probe_engine
 from ..model import resolve
 from ..settings import from_env
 from ..store.layout import CacheDirs, VolumeLayout, engine_env
 from ..vllm.engine import EngineProcess, LogLine, engine_command, free_port
+from ..vllm.install import find_vllm_python, probe_engine
 from ..weights import STREAMS, Prefetcher, WeightsPlan, weight_files
 from .slowfs import NFS_BANDWIDTH_MBPS, NFS_LATENCY_MS, NFS_STREAM_MBPS, nfs_mounted
 from .testmodel import parse_size, write_test_model

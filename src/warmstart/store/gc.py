@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..limits import LEASE_TTL_S
 from .layout import VolumeLayout
 from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, read_boot_markers, scan_key
 
@@ -135,7 +136,7 @@ class GcPlan:
             "trash_bytes": self.trash_bytes,
         }
 
-    def execute(self, *, on_step: Callable[[str], None] | None = None, ttl_s: float = 600.0) -> GcResult:
+    def execute(self, *, on_step: Callable[[str], None] | None = None, ttl_s: float = LEASE_TTL_S) -> GcResult:
         """Remove what the plan names, in the order that keeps the volume consistent.
 
         `on_step` is called before each step with its description (tests use it to stop a gc
@@ -251,7 +252,7 @@ def _sort_newest_first(keys: Iterable[KeyInfo], at: float) -> list[KeyInfo]:
     return sorted(keys, key=lambda k: (age(k), k.name))
 
 
-def plan_gc(scan: VolumeScan, options: GcOptions, *, at: float | None = None, ttl_s: float = 600.0) -> GcPlan:
+def plan_gc(scan: VolumeScan, options: GcOptions, *, at: float | None = None, ttl_s: float = LEASE_TTL_S) -> GcPlan:
     """Decide; change nothing."""
     at = time.time() if at is None else at
     ordered = _sort_newest_first(scan.keys, at)

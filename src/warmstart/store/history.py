@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..cachekey import CacheKey
+from ..key import CacheKey
 from .layout import VolumeLayout
 
 log = logging.getLogger("warmstart")

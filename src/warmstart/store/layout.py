@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cachekey import CacheKey
+from ..key import CacheKey
 
 # Report name -> (directory under cache/, environment variable). Read in vLLM 0.33.0 and
 # the JIT libraries its image pins (requirements/cuda.txt); each default is under $HOME or

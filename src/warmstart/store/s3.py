@@ -42,11 +42,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
 
+from ..s3url import S3Url, parse_s3_url
 from .backend import GENERATIONS, LEASE, BundleStore, BundleWriter, Lease, lease_expired, lease_payload
 from .bundle import CHUNK, BundleRef, StoreError, StoreUnavailable, bundle_name, gen_name
 
@@ -75,40 +74,6 @@ _UNREACHABLE = (
 _REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
 _MISSING = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
 _PRECONDITION = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
-
-
-@dataclass(frozen=True)
-class S3Url:
-    bucket: str
-    prefix: str  # no leading or trailing slash; "" for the bucket's root
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-
-    def key(self, rel: str) -> str:
-        return f"{self.prefix}/{rel}" if self.prefix else rel
-
-
-def parse_s3_url(raw: str) -> S3Url:
-    """`s3://bucket/prefix` -> S3Url. Raises ValueError with the reason."""
-    parsed = urlparse(raw)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError("expected s3://BUCKET/PREFIX")
-    if "@" in parsed.netloc or parsed.query or parsed.fragment:
-        raise ValueError("a bucket name only: no credentials, query or fragment in the URL")
-    prefix = parsed.path.strip("/")
-    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise ValueError("the prefix must not contain empty, '.' or '..' parts")
-    return S3Url(parsed.netloc, prefix)
-
-
-def check_endpoint_url(raw: str) -> None:
-    parsed = urlparse(raw)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError("expected http(s)://HOST[:PORT]")
-    if parsed.username or parsed.password:
-        raise ValueError("must not carry credentials (use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
 
 
 def make_client(endpoint_url: str | None, region: str | None, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Any:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..vllm.evidence import scan_tree
+from ..tree import scan_tree
 from .history import parse_boot_lines, read_json, write_json_atomic
 from .layout import VolumeLayout
 

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..vllm.evidence import scan_tree
+from ..limits import LEASE_TTL_S
+from ..tree import scan_tree
 from .backend import (
     BUNDLES,
     GENERATIONS,
@@ -383,7 +384,7 @@ class PublishLease(Lease):
 
     store: StagedStore
     holder: str
-    ttl_s: float = 600.0
+    ttl_s: float = LEASE_TTL_S
     held: bool = False
 
     def _read(self) -> dict[str, Any] | None:
@@ -563,7 +564,7 @@ def publish(
     *,
     publisher: str,
     lease_wait_s: float,
-    lease_ttl_s: float = 600.0,
+    lease_ttl_s: float = LEASE_TTL_S,
     distrust: Iterable[str] = (),
 ) -> PublishResult:
     """Take the lease (waiting up to `lease_wait_s`), publish what is missing, collect garbage."""

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..cachekey import EngineInfo
-from ..settings import ENGINE_FLAGS, WITHHELD_FROM_VLLM, Settings, parse_bool
+from ..settings import Settings, parse_bool
+from ..variables import ENGINE_FLAGS, WITHHELD_FROM_VLLM
+from .install import EngineInfo
 
 log = logging.getLogger("warmstart")
 
@@ -70,7 +71,7 @@ def engine_flag_args(settings: Settings) -> list[str]:
 def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) -> dict[str, str]:
     """vLLM's environment: the wrapper's own, minus its settings, plus what warmstart maps.
 
-    The wrapper's variables (settings.WITHHELD_FROM_VLLM) stay behind: worker-vllm's VLLM_PORT
+    The wrapper's variables (variables.WITHHELD_FROM_VLLM) stay behind: worker-vllm's VLLM_PORT
     is the API port, but vLLM reads VLLM_PORT as the first of its internal ports
     (utils/network_utils.py), and the engine flags reach vLLM as arguments already. `mapped`
     (cache directories, HF home, offline mode, derived VLLM_* values) wins over the inherited

