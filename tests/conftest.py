@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.dev.testmodel import TinyModel, write_test_model
+from warmstart_dev.testmodel import TinyModel, write_test_model
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WARMSTART = str(Path(sys.executable).parent / "warmstart")
+WARMSTART_DEV = str(Path(sys.executable).parent / "warmstart-dev")
 MODEL_ID = "warmstart/tiny-llama"
 
 

@@ -1,8 +1,8 @@
-"""Test credentials for the S3 server the tests start (warmstart.dev.s3server: moto on loopback)."""
+"""Test credentials for the S3 server the tests start (warmstart_dev.s3server: moto on loopback)."""
 
 from __future__ import annotations
 
-from warmstart.dev.s3server import moto_server
+from warmstart_dev.s3server import moto_server
 
 __all__ = ["ACCESS_KEY", "SECRET_KEY", "moto_server", "s3_env"]
 

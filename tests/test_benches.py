@@ -7,18 +7,19 @@ a changed signature was once found only by its own 18-minute run."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import base_env, run_warmstart
+from conftest import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 
 
 def run_bench(tmp_path: Path, python: str, name: str, *args: str, **env: str) -> dict[str, Any]:
-    """`warmstart bench NAME --json` on the scripted engine; its JSON."""
+    """`warmstart-dev bench NAME --json` on the scripted engine; its JSON."""
     full_env = {**base_env(tmp_path / "unused-volume", python, tmp_path), **env}
-    argv = ["bench", name, "--json", "--workdir", str(tmp_path / "bench"), *args]
-    done = run_warmstart(argv, full_env, timeout=300)
+    argv = [WARMSTART_DEV, "bench", name, "--json", "--workdir", str(tmp_path / "bench"), *args]
+    done = subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

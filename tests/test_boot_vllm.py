@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import base_env, find_sentinels, run_warmstart, secret_env
-from warmstart.dev.testmodel import write_test_model
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -1,4 +1,4 @@
-"""`make gpu-check` (warmstart.dev.gpucheck) where there is no GPU: it skips cleanly, it runs
+"""`make gpu-check` (warmstart_dev.gpucheck) where there is no GPU: it skips cleanly, it runs
 on the standard library alone, it fails loudly when a GPU shows but cannot be used, and its
 two-process compile check works (Inductor's C++ backend on the CPU stands in for CUDA here)."""
 
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from warmstart.dev.gpucheck import Deadline, compile_twice, judge_compile
+from warmstart_dev.gpucheck import Deadline, compile_twice, judge_compile
 
 H200 = "0, GPU-00000000-aaaa-bbbb-cccc-000000000000, 00000000:19:00.0, NVIDIA H200, 9.0"
 
 
 def gpucheck(python: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [python, "-S", "-m", "warmstart.dev.gpucheck", *args],
-        env={"PYTHONPATH": str(REPO / "src"), **env},
+        [python, "-S", "-m", "warmstart_dev.gpucheck", *args],
+        env={"PYTHONPATH": f"{REPO / 'src'}:{REPO / 'tools'}", **env},
         capture_output=True,
         text=True,
         timeout=120,

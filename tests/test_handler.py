@@ -227,9 +227,9 @@ def test_sse_parser_reads_events_whatever_the_read_boundaries(size):
 
 
 def test_scripted_engine_bench_runs_and_counts(tmp_path):
-    """`warmstart bench serve` end to end on a few jobs: every field, no error, both sides
+    """`warmstart-dev bench serve` end to end on a few jobs: every field, no error, both sides
     streamed the same chunks (the figures themselves are the bench's business, not a test's)."""
-    from warmstart.dev.servebench import bench_serve
+    from warmstart_dev.servebench import bench_serve
 
     result = bench_serve(jobs=40, concurrency=5, rounds=2, chunks=4)
     for name in ("jobs", "concurrency", "direct_p50_ms", "direct_p99_ms", "handler_p50_ms", "handler_p99_ms"):

@@ -23,12 +23,12 @@ import pytest
 from conftest import WARMSTART, base_env, run_warmstart
 from s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
 from test_staged import tree, write
-from warmstart.dev.testmodel import write_test_model
-from warmstart.dev.throttle import throttled
 from warmstart.settings import SettingsError, from_env
 from warmstart.store.s3 import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, S3Store, make_client, parse_s3_url
 from warmstart.store.staged import collect_garbage, execute_publish, plan_publish, publish, restore
 from warmstart.vllm.engine import free_port
+from warmstart_dev.testmodel import write_test_model
+from warmstart_dev.throttle import throttled
 
 MIB = 1024 * 1024
 

@@ -25,11 +25,11 @@ from conftest import (
     run_warmstart,
     secret_env,
 )
-from warmstart.dev.testmodel import write_test_model
 from warmstart.redact import MASK, Redactor
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port
 from warmstart.worker.handler import JobHandler, make_handler
+from warmstart_dev.testmodel import write_test_model
 
 
 def test_redactor_masks_secret_flags_inside_vllm_extra_args():

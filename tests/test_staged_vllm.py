@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import WARMSTART, base_env, run_warmstart
-from warmstart.dev.testmodel import write_test_model
 from warmstart.store.staged import StagedStore, restore
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -29,10 +29,10 @@ import pytest
 
 from conftest import MODEL_ID
 from warmstart.cachekey import VLLM_ENV_NOT_HASHED, EngineInfo, Hardware, derive_key
-from warmstart.dev.testmodel import write_test_model
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
 from warmstart.settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, VLLM_HASHED_UNPREFIXED, Settings, from_env
 from warmstart.vllm.engine import engine_command
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -27,10 +27,10 @@ import pytest
 
 from conftest import MODEL_ID, base_env
 from warmstart.boot import plan_boot, run_boot
-from warmstart.dev.testmodel import write_test_model
 from warmstart.redact import Redactor
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -22,12 +22,12 @@ import pytest
 from conftest import WARMSTART, base_env
 from warmstart import explain, predict
 from warmstart.cachekey import CacheKey
-from warmstart.dev.testmodel import write_test_model
 from warmstart.store.gc import GcOptions, parse_size, plan_gc
 from warmstart.store.history import KeyStore, read_json, write_json_atomic
 from warmstart.store.layout import VolumeLayout
 from warmstart.store.scan import monthly_cost, price_from_env, scan_volume, write_boot_marker
 from warmstart.store.staged import PublishLease, StagedStore, _register_reader, publish, restore
+from warmstart_dev.testmodel import write_test_model
 
 
 def factors(model: str, revision: str, **flags: str) -> dict:

@@ -16,8 +16,8 @@ import pytest
 from conftest import WARMSTART, base_env, run_warmstart
 from test_timeline import bars, dump_dom
 from test_volume_tools import tree
-from warmstart.dev.testmodel import write_test_model
 from warmstart.vllm.phases import PHASES
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import WARMSTART, base_env, group_alive
-from warmstart.dev.servebench import (
+from warmstart.vllm.engine import free_port
+from warmstart_dev.servebench import (
     API_KINDS,
     api_load,
     engine_finished_requests,
@@ -26,8 +27,7 @@ from warmstart.dev.servebench import (
     stream_ended,
     summarize_api,
 )
-from warmstart.dev.testmodel import write_test_model
-from warmstart.vllm.engine import free_port
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -19,7 +19,7 @@ A fresh mount starts cold: a FUSE mount's pages belong to its own inodes and are
 with it. Reads pay bandwidth, not a round trip each: an NFS client pipelines its reads.
 
 Every operation a compiler needs is implemented (a passthrough that refused rmdir or
-utimens broke Inductor with ENOSYS). Run it with `python -m warmstart.dev.slowfs SRC MNT`;
+utimens broke Inductor with ENOSYS). Run it with `python -m warmstart_dev.slowfs SRC MNT`;
 `mounted()` starts it in a subprocess and always unmounts.
 """
 
@@ -328,7 +328,7 @@ def mounted(
     cmd = [
         sys.executable,
         "-m",
-        "warmstart.dev.slowfs",
+        "warmstart_dev.slowfs",
         str(source),
         str(mountpoint),
         "--latency-ms",
@@ -363,7 +363,7 @@ def mounted(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m warmstart.dev.slowfs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m warmstart_dev.slowfs", description=__doc__.split("\n")[0])
     parser.add_argument("source")
     parser.add_argument("mountpoint")
     parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS)

@@ -23,12 +23,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..boot import derive_engine_env, detect_engine_hardware
-from ..cachekey import find_vllm_python, probe_engine
-from ..model import resolve
-from ..settings import from_env
-from ..store.layout import CacheDirs, VolumeLayout, engine_env
-from ..vllm.engine import engine_command, free_port
+from warmstart.boot import derive_engine_env, detect_engine_hardware
+from warmstart.cachekey import find_vllm_python, probe_engine
+from warmstart.model import resolve
+from warmstart.settings import from_env
+from warmstart.store.layout import CacheDirs, VolumeLayout, engine_env
+from warmstart.vllm.engine import engine_command, free_port
+
 from .testmodel import write_test_model
 
 BENCH_MODEL = "warmstart/tiny-llama"

@@ -1,6 +1,6 @@
-"""`warmstart bench weights`: weights read off an NFS-like volume, with and without warmstart.
+"""`warmstart-dev bench weights`: weights read off an NFS-like volume, with and without warmstart.
 
-The model (about 1 GiB of bf16 in 4 shards, `testmodel --size`, cached in .bench/models)
+The model (about 1 GiB of bf16 in 4 shards, `warmstart-dev testmodel --size`, cached in .bench/models)
 lies on the NFS-like mock volume (slowfs: page cache on, a per-stream and an aggregate
 bandwidth cap, 3 ms per metadata operation), freshly mounted for every run so that every
 run starts with a cold page cache. Compile caches are warm on every side (one unmeasured
@@ -29,13 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..boot import derive_engine_env, detect_engine_hardware
-from ..cachekey import find_vllm_python, probe_engine
-from ..model import resolve
-from ..settings import from_env
-from ..store.layout import CacheDirs, VolumeLayout, engine_env
-from ..vllm.engine import EngineProcess, LogLine, engine_command, free_port
-from ..weights import STREAMS, Prefetcher, WeightsPlan, weight_files
+from warmstart.boot import derive_engine_env, detect_engine_hardware
+from warmstart.cachekey import find_vllm_python, probe_engine
+from warmstart.model import resolve
+from warmstart.settings import from_env
+from warmstart.store.layout import CacheDirs, VolumeLayout, engine_env
+from warmstart.vllm.engine import EngineProcess, LogLine, engine_command, free_port
+from warmstart.weights import LOAD_DONE, LOAD_START, STREAMS, Prefetcher, WeightsPlan, weight_files
+
 from .slowfs import NFS_BANDWIDTH_MBPS, NFS_LATENCY_MS, NFS_STREAM_MBPS, nfs_mounted
 from .testmodel import parse_size, write_test_model
 
@@ -46,8 +47,17 @@ DEFAULTS = {
     "MAX_NUM_BATCHED_TOKENS": "256",
     "VLLM_CPU_KVCACHE_SPACE": "1",
 }
-WEIGHTS_TOOK = re.compile(r"Loading weights took ([\d.]+) seconds")
-LOAD_START = re.compile(r"Starting to load model ")
+# The seconds in the line that ends loading (weights.LOAD_DONE: "Loading weights took %.2f
+# seconds", or the V2 runner's "Model loading took %s GiB memory and %.6f seconds").
+_SECONDS = re.compile(r"([\d.]+) seconds")
+
+
+def weights_seconds(text: str) -> float | None:
+    """vLLM's own weights time from the first line of `text` that ends loading; None if none does."""
+    for line in text.splitlines():
+        if (done := LOAD_DONE.search(line)) is not None and (m := _SECONDS.search(line, done.end())) is not None:
+            return float(m.group(1))
+    return None
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -136,8 +146,8 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
         def on_line(line: LogLine) -> None:
             if "load" not in stamps and LOAD_START.search(line.text):
                 stamps["load"] = line.t
-            if (m := WEIGHTS_TOOK.search(line.text)) is not None:
-                stamps["weights"] = float(m.group(1))
+            if (seconds := weights_seconds(line.text)) is not None:
+                stamps["weights"] = seconds
 
         with nfs_mounted(backing, mnt), open(workdir / "logs" / f"{tag}.log", "w") as log:
             proc = EngineProcess(bare_argv(port, prefetch), bare_env, port, on_line=on_line, echo=log)
@@ -179,8 +189,8 @@ def bench_weights(workdir: Path, *, repeats: int = 3, size: str = "1GiB") -> dic
         print(f"bench weights | {tag}: ready {ready:.2f} s, prefetch {pre}", file=sys.stderr, flush=True)
         if side is not None:
             side.ready.append(ready)
-            if (m := WEIGHTS_TOOK.search(text)) is not None:
-                side.weights.append(float(m.group(1)))
+            if (seconds := weights_seconds(text)) is not None:
+                side.weights.append(seconds)
             side.extra.append({"verdict": report.get("verdict"), "weights": report.get("weights")})
 
     def volume_read() -> float:

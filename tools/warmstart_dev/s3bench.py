@@ -1,4 +1,4 @@
-"""`warmstart bench s3`: restoring a GPU-sized compile cache from a distant S3 store.
+"""`warmstart-dev bench s3`: restoring a GPU-sized compile cache from a distant S3 store.
 
 A local S3 server (s3rver: objects as files, ranges streamed; see `dev.s3server` for why
 not moto) sits behind `dev.throttle` (20 ms per request and 100 MB/s per stream
@@ -24,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..store.s3 import S3Store, make_client, parse_s3_url
-from ..store.staged import execute_publish, plan_publish, restore
+from warmstart.store.s3 import S3Store, make_client, parse_s3_url
+from warmstart.store.staged import execute_publish, plan_publish, restore
+
 from .s3server import moto_server, s3rver_server
 from .throttle import throttled
 from .volumebench import read_tree, synthetic_cache

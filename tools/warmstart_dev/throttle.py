@@ -1,6 +1,6 @@
 """A latency and bandwidth proxy for TCP, to put a local S3 server "far away" (`bench s3`).
 
-    python -m warmstart.dev.throttle --listen PORT --upstream PORT --latency-ms 20 --mbps 100
+    python -m warmstart_dev.throttle --listen PORT --upstream PORT --latency-ms 20 --mbps 100
 
 Every request costs one round trip: when a client starts sending after the server last
 spoke (a new HTTP request on a kept-alive connection, or the first one), its bytes wait
@@ -73,13 +73,14 @@ async def serve(listen: int, upstream: int, latency_ms: float, mbps: float) -> N
 @contextlib.contextmanager
 def throttled(upstream_url: str, *, latency_ms: float, mbps: float) -> Iterator[str]:
     """Yield a URL that reaches `upstream_url` (http://127.0.0.1:PORT) through the proxy."""
-    from ..vllm.engine import free_port
+    from warmstart.vllm.engine import free_port
+
     from .s3server import serving
 
     upstream = int(upstream_url.rsplit(":", 1)[1])
     port = free_port()
     args = ["--listen", str(port), "--upstream", str(upstream), "--latency-ms", str(latency_ms), "--mbps", str(mbps)]
-    proc = subprocess.Popen([sys.executable, "-m", "warmstart.dev.throttle", *args])
+    proc = subprocess.Popen([sys.executable, "-m", "warmstart_dev.throttle", *args])
     with serving(proc, port, "throttle proxy") as url:
         yield url
 

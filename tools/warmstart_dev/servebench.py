@@ -1,6 +1,6 @@
-"""`warmstart bench serve`: what the job handler costs under load, and jobs through Runpod's API.
+"""`warmstart-dev bench serve`: what the job handler costs under load, and jobs through Runpod's API.
 
-Default mode: the scripted engine (`warmstart.dev.scriptedengine`, answering at once, in its
+Default mode: the scripted engine (`warmstart_dev.scriptedengine`, answering at once, in its
 own process) serves on loopback. The same N jobs (a mix of the handler's input shapes,
 half of them streaming) are sent at concurrency C twice: straight to the engine (the
 request a client would send, its answer read and its stream parsed the same way), and
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..vllm.engine import free_port
-from ..worker.handler import EngineRequest, JobHandler, SSEParser, make_handler, parse_job_input
+from warmstart.vllm.engine import free_port
+from warmstart.worker.handler import EngineRequest, JobHandler, SSEParser, make_handler, parse_job_input
 
 SERVED = "bench/model"
 GOAL_OVERHEAD_P50_MS = 2.0
@@ -190,7 +190,7 @@ async def _bench_handler(base_url: str, jobs: int, concurrency: int, rounds: int
 def bench_serve(jobs: int = 3000, concurrency: int = 30, rounds: int = 20, chunks: int = 16) -> dict[str, Any]:
     """The handler against the scripted engine (see the module's docstring)."""
     port = free_port()
-    argv = [sys.executable, "-m", "warmstart.dev.scriptedengine", "--port", str(port), "--chunks", str(chunks)]
+    argv = [sys.executable, "-m", "warmstart_dev.scriptedengine", "--port", str(port), "--chunks", str(chunks)]
     proc = subprocess.Popen([*argv, "--served", SERVED], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base_url = f"http://127.0.0.1:{port}"

@@ -1,4 +1,4 @@
-"""`warmstart bench predict`: how far `warmstart predict` is off on boots it has not seen.
+"""`warmstart-dev bench predict`: how far `warmstart predict` is off on boots it has not seen.
 
 It builds a boot history from real boots (the tiny model on vLLM, several configurations,
 each booted cold and then warm on a fresh local disk so the warm one comes from the
@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import predict
-from ..store.layout import VolumeLayout
-from ..store.scan import scan_volume
+from warmstart import predict
+from warmstart.store.layout import VolumeLayout
+from warmstart.store.scan import scan_volume
+
 from .testmodel import write_test_model
 
 BENCH_MODEL = "warmstart/tiny-llama"

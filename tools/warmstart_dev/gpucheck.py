@@ -1,6 +1,6 @@
 """`make gpu-check`: warmstart's GPU path on a bare CUDA machine (torch and Triton, no vLLM).
 
-    PYTHONPATH=src python3 -m warmstart.dev.gpucheck [--python PY] [--workdir DIR]
+    PYTHONPATH=src:tools python3 -m warmstart_dev.gpucheck [--python PY] [--workdir DIR]
 
 What it checks, each through warmstart's own code:
 
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..hardware import (
+from warmstart.hardware import (
     HardwareError,
     detect_hardware,
     gpu_signs,
@@ -43,8 +43,8 @@ from ..hardware import (
     run_smi,
     smi_selection,
 )
-from ..store.layout import CacheDirs
-from ..vllm.evidence import LogEvidence, TreeScan, layer_statuses, scan_tree
+from warmstart.store.layout import CacheDirs
+from warmstart.vllm.evidence import LogEvidence, TreeScan, layer_statuses, scan_tree
 
 DEADLINE_S = 270.0  # the whole check; `make gpu-check` must finish in under 5 minutes
 

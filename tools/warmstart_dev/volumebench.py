@@ -1,4 +1,4 @@
-"""`warmstart bench volume`: reading a GPU-sized compile cache off a slow network volume.
+"""`warmstart-dev bench volume`: reading a GPU-sized compile cache off a slow network volume.
 
 On the slow mock volume (slowfs: 3 ms per metadata operation, 300 MB/s, no kernel
 caching) with a synthetic cache shaped like a GPU worker's (thousands of files from
@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..store.staged import StagedStore, execute_publish, plan_publish, restore
+from warmstart.store.staged import StagedStore, execute_publish, plan_publish, restore
+
 from .slowfs import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS, mounted
 
 TARGET_BYTES = 500 * 1000 * 1000

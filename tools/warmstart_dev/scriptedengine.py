@@ -1,14 +1,14 @@
-"""A scripted OpenAI server that answers at once, for `warmstart bench serve`.
+"""A scripted OpenAI server that answers at once, for `warmstart-dev bench serve`.
 
 It gives the answers of tests/fake_vllm_server.py's `ok` mode (the echo of the body, three
 or more stream chunks, `data: [DONE]`, 404 for another model), so that a benchmark sees
 warmstart's cost and not an engine's. It is here, not in tests/, so the installed
-`warmstart bench serve` does not depend on the test tree; the fault-injecting fake stays
+`warmstart-dev bench serve` does not depend on the test tree; the fault-injecting fake stays
 in tests/. Unlike that fake (stdlib `http.server`, HTTP/1.0, a connection and a thread per
 request), it serves with aiohttp and keeps connections alive, as vLLM's uvicorn does: a
 connection set up per request would cost more than the handler that is being measured.
 
-    python -m warmstart.dev.scriptedengine --host 127.0.0.1 --port N [--chunks K] [--served NAME]
+    python -m warmstart_dev.scriptedengine --host 127.0.0.1 --port N [--chunks K] [--served NAME]
 
 Never used as proof that warmstart works with vLLM: only real vLLM is.
 """
