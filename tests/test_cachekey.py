@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARMSTART, base_env, run_warmstart
+from helpers.run import WARMSTART, base_env, run_warmstart
 from warmstart.cachekey import EngineInfo, Hardware, derive_key, detect_cpu, key_extra_args
 from warmstart.model import ResolvedModel
 from warmstart.settings import from_env

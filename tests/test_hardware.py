@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import base_env, run_warmstart
+from helpers.run import base_env, run_warmstart
 from warmstart.hardware import (
     GpuDevice,
     Hardware,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, WARMSTART
+from helpers.run import REPO, WARMSTART
 
 DEV_NAMES = ("warmstart_dev", "bench", "slowfs", "testmodel", "scriptedengine", "throttle", "s3server", "gpucheck")
 DEV_COMMANDS = ("testmodel", "bench")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, base_env, run_warmstart
+from helpers.run import REPO, base_env, run_warmstart
 from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
 from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, from_env, known_variables

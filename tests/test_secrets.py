@@ -17,14 +17,8 @@ import subprocess
 import time
 import urllib.request
 
-from conftest import (
-    API_KEY_SENTINEL,
-    SENTINELS,
-    base_env,
-    find_sentinels,
-    run_warmstart,
-    secret_env,
-)
+from helpers.run import base_env, run_warmstart
+from helpers.sentinels import API_KEY_SENTINEL, SENTINELS, find_sentinels, secret_env
 from warmstart.redact import MASK, Redactor
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port

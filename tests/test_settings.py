@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.run import REPO
 from warmstart.cachekey import EngineInfo
 from warmstart.settings import ENGINE_FLAGS, WRAPPER_VARIABLES, SettingsError, from_env
 from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
@@ -183,6 +184,6 @@ def test_no_vllm_prefixed_wrapper_variable_reaches_vllm(name):
 
 
 def test_readme_key_column_is_engine_flags_in_key():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|$", readme, flags=re.M))
     assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}

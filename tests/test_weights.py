@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_ID, base_env, run_warmstart
+from helpers.run import MODEL_ID, base_env, run_warmstart
 from warmstart.weights import LOCAL_FS, Prefetcher, fs_type, plan_prefetch, weight_files
 from warmstart_dev.slowfs import nfs_mounted
 from warmstart_dev.testmodel import parse_size, shape_for_size, write_test_model

@@ -1,7 +1,7 @@
 """CUDA vLLM 0.33.0 boot logs, written from vLLM's own format strings (warmstart.vllm.logformats).
 
 No GPU run exists yet, so these are illustrations, not measurements: every marker line is
-`spec.fmt % args` with a format string that tests/test_logformats.py checks against
+`spec.fmt % args` with a format string that tests/vllm/test_logformats.py checks against
 vLLM's source, and the order of the lines follows the 0.33.0 code paths:
 
   API server -> EngineCore "Initializing a V1 LLM engine" -> worker loads the model (V2 runner:
@@ -10,7 +10,7 @@ vLLM's source, and the order of the lines follows the 0.33.0 code paths:
   memory" -> "GPU KV cache size" -> compile_or_warm_up_model: JIT kernel warm-up, FlashInfer
   autotune, CUDA graph capture, start-up plan saved -> "init engine ... took" -> API server up.
 
-`python tests/gpulogs.py` rewrites tests/fixtures/gpu-0.33-*.log; a test checks that the
+`python tests/helpers/gpulogs.py` rewrites tests/fixtures/gpu-0.33-*.log; a test checks that the
 files equal what this module produces, so they cannot drift from the format strings.
 """
 
@@ -278,7 +278,7 @@ def render(name: str) -> str:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "fixtures")
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "fixtures")
     for fixture in SCENARIOS:
         (out / fixture).write_text(render(fixture))
         print(out / fixture)

@@ -46,12 +46,13 @@ def _ignored_env(envs: object) -> list[str]:
 
 def main() -> None:
     request = json.load(sys.stdin)
-    import vllm
-    from vllm import envs
     from vllm.config.utils import hash_factors
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    import vllm
+    from vllm import envs
 
     try:  # 0.33: vllm/entrypoints/common/cli_args.py
         from vllm.entrypoints.common.cli_args import make_arg_parser

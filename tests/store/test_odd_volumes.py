@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_ID, base_env, paused_env, read_until, run_warmstart, start_warmstart
+from helpers.run import MODEL_ID, base_env, paused_env, read_until, run_warmstart, start_warmstart
 from warmstart.store.staged import StagedStore
 from warmstart_dev.slowfs import is_mounted, mounted, unmount
 from warmstart_dev.testmodel import write_test_model

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARMSTART, base_env, run_warmstart
-from s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
-from test_staged import tree, write
+from helpers.files import tree, write
+from helpers.run import WARMSTART, base_env, run_warmstart
+from helpers.s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
 from warmstart.settings import SettingsError, from_env
 from warmstart.store.s3 import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, S3Store, make_client, parse_s3_url
 from warmstart.store.staged import collect_garbage, execute_publish, plan_publish, publish, restore

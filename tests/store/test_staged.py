@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.files import tree, write
 from warmstart.store import staged
 from warmstart.store.staged import (
     PublishLease,
@@ -19,16 +20,6 @@ from warmstart.store.staged import (
     publish,
     restore,
 )
-
-
-def write(base: Path, rel: str, data: bytes) -> None:
-    path = base / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def tree(base: Path) -> dict[str, bytes]:
-    return {p.relative_to(base).as_posix(): p.read_bytes() for p in base.rglob("*") if p.is_file()}
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARMSTART, base_env, run_warmstart
+from helpers.run import WARMSTART, base_env, run_warmstart
 from warmstart.store.staged import StagedStore, restore
 from warmstart_dev.testmodel import write_test_model
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import base_env, group_alive, paused_env, read_until, run_warmstart, start_warmstart
+from helpers.run import base_env, group_alive, paused_env, read_until, run_warmstart, start_warmstart
 from warmstart.store.staged import StagedStore, publish, restore
 from warmstart_dev.slowfs import is_mounted, mounted
 from warmstart_dev.testmodel import write_test_model

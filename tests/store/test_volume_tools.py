@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARMSTART, base_env
+from helpers.files import stat_tree
+from helpers.run import WARMSTART, base_env
 from warmstart import explain, predict
 from warmstart.cachekey import CacheKey
 from warmstart.store.gc import GcOptions, parse_size, plan_gc
@@ -87,16 +88,6 @@ def make_key(
         manifest["last_used"] = last_used.isoformat(timespec="seconds")
         write_json_atomic(layout.manifest_path(key), manifest)
     return key
-
-
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -195,11 +186,11 @@ def test_scan_goes_on_past_a_damaged_key(volume3):
 
 def test_gc_dry_run_changes_nothing_and_execute_keeps_the_newest(volume3):
     layout, keys, _ = volume3
-    before = tree(layout.root)
+    before = stat_tree(layout.root)
     dry = run_cli("gc", "--keep-last", "1", "--dry-run", "--json", "--volume", str(layout.root))
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
-    assert tree(layout.root) == before
+    assert stat_tree(layout.root) == before
     assert plan["dry_run"] is True
     assert sorted(plan["removed_keys"]) == sorted([keys[0].dirname, keys[1].dirname])
     assert "most recently used" in plan["kept_because"][keys[2].dirname]
@@ -208,7 +199,7 @@ def test_gc_dry_run_changes_nothing_and_execute_keeps_the_newest(volume3):
 
     refused = run_cli("gc", "--keep-last", "1", "--volume", str(layout.root))
     assert refused.returncode == 2 and "--yes" in refused.stderr
-    assert tree(layout.root) == before
+    assert stat_tree(layout.root) == before
 
     done = run_cli("gc", "--keep-last", "1", "--yes", "--json", "--volume", str(layout.root))
     assert done.returncode == 0, done.stderr

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from conftest import WARMSTART, base_env, run_warmstart
-from test_timeline import bars, dump_dom
-from test_volume_tools import tree
+from helpers.browser import bars, dump_dom
+from helpers.files import stat_tree
+from helpers.run import WARMSTART, base_env, run_warmstart
 from warmstart.vllm.phases import PHASES
 from warmstart_dev.testmodel import write_test_model
 
@@ -72,9 +72,9 @@ def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python):
     evaluated = warmstart("predict", "--evaluate")
     assert evaluated["cold"]["n"] == 3 and evaluated["all"]["mae_s"] >= 0
 
-    before = tree(volume)
+    before = stat_tree(volume)
     dry = warmstart("gc", "--keep-last", "1", "--dry-run")
-    assert tree(volume) == before
+    assert stat_tree(volume) == before
     assert sorted(dry["removed_keys"]) == sorted([keys["a"], keys["b"]]) and dry["freed_bytes"] > 0
     done = warmstart("gc", "--keep-last", "1", "--yes")
     assert sorted(done["removed_keys"]) == sorted(dry["removed_keys"])

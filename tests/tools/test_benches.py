@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import WARMSTART_DEV, base_env
+from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 
 

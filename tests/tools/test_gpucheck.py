@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers.run import REPO
 from warmstart_dev.gpucheck import Deadline, compile_twice, judge_compile
 
 H200 = "0, GPU-00000000-aaaa-bbbb-cccc-000000000000, 00000000:19:00.0, NVIDIA H200, 9.0"

@@ -1,6 +1,6 @@
 """Fault injection with a scripted engine: crash, hang, odd output, and no orphans after stop.
 
-The scripted engine (tests/fake_vllm_server.py) only stands in for vLLM where a real one
+The scripted engine (tests/helpers/fake_vllm_server.py) only stands in for vLLM where a real one
 cannot be made to fail on cue; what works is proven with real vLLM in test_boot_vllm.py.
 """
 
@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from conftest import alive, base_env, run_warmstart
+from helpers.run import alive, base_env, run_warmstart
 
 
 def pids(pidfile: Path) -> list[int]:

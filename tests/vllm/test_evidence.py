@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import gpulogs
-from conftest import FIXTURES, run_warmstart
+from helpers import gpulogs
+from helpers.run import FIXTURES, run_warmstart
 from warmstart.vllm import evidence
 from warmstart.vllm.evidence import CacheLayer, LogEvidence, TreeScan, decide_verdict, report_from_log
 
@@ -26,10 +26,10 @@ def phase_sum_matches_ready(r) -> None:
 
 
 def test_gpu_fixtures_are_the_generators_output():
-    """tests/fixtures/gpu-0.33-*.log are written by tests/gpulogs.py from vLLM's format strings."""
+    """tests/fixtures/gpu-0.33-*.log are written by tests/helpers/gpulogs.py from vLLM's format strings."""
     for name in gpulogs.SCENARIOS:
         assert (FIXTURES / name).read_text() == gpulogs.render(name), (
-            f"regenerate with `python tests/gpulogs.py`: {name}"
+            f"regenerate with `python tests/helpers/gpulogs.py`: {name}"
         )
 
 

