@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import subprocess
@@ -115,11 +114,6 @@ def test_the_engine_session_does_not_cap_concurrency_below_max_concurrency():
     assert asyncio.run(limit()) == 0
 
 
-def test_handler_is_an_async_generator_function():
-    state = JobHandler("http://127.0.0.1:1", SERVED, 5, lambda: None, lambda: None)
-    assert inspect.isasyncgenfunction(make_handler(state))
-
-
 @pytest.fixture
 def fake_engine(tmp_path, fake_vllm_python):
     """The scripted engine serving on loopback (for the handler's plumbing only)."""
@@ -170,6 +164,44 @@ def test_forwarding_and_streams(fake_engine):
     assert error == {"error": "vLLM answered HTTP 404 on /v1/completions: The model `other` does not exist."}
     (bad,) = run_job(state, {"nothing": True})
     assert bad["error"].startswith("bad input: job input has none of the accepted shapes")
+
+
+def test_runpod_streams_a_jobs_chunks_one_by_one_and_aggregates_them(fake_engine, monkeypatch):
+    """Through the Runpod SDK's own job runner (rp_job.handle_job, as `serve` configures it): each
+    chunk is streamed as it comes, and /runsync's aggregated output is the list of them all."""
+    from runpod.serverless.modules import rp_job
+
+    streamed: list = []
+    sent: list = []
+
+    async def stream_result(session, output, job):
+        streamed.append(output)
+
+    async def send_result(session, result, job, is_stream=False):
+        sent.append((result, is_stream))
+
+    monkeypatch.setattr(rp_job, "stream_result", stream_result)
+    monkeypatch.setattr(rp_job, "send_result", send_result)
+    url, _ = fake_engine
+    state = JobHandler(url, SERVED, 10, lambda: None, lambda: None)
+    config = {"handler": make_handler(state), "return_aggregate_stream": True}
+
+    async def one_job(job_input: dict) -> None:
+        await rp_job.handle_job(None, config, {"id": "j", "input": job_input})
+
+    async def both() -> None:
+        await one_job({"prompt": "hi", "stream": True})
+        await one_job({"prompt": "hi"})
+        await state._session.close()
+
+    asyncio.run(both())
+    texts = [chunk["output"]["choices"][0]["text"] for chunk in streamed[:3]]
+    assert texts == ["t0", "t1", "t2"]
+    (streaming, is_stream), (single, _) = sent
+    assert is_stream is True
+    assert [c["choices"][0]["text"] for c in streaming["output"]] == ["t0", "t1", "t2"]
+    assert len(streamed) == 4 and single["output"] == [streamed[3]["output"]]
+    assert streamed[3]["output"]["echo"]["prompt"] == "hi"
 
 
 def test_dead_engine_gives_a_clear_error(fake_engine):

@@ -145,12 +145,15 @@ def bench_volume(
 
     result["staged_speedup_vs_direct"] = round(result["direct_s"] / result["staged_s"], 1)
     result["staged_vs_sequential"] = round(result["staged_s"] / result["sequential_s"], 2)
-    result["goals"] = {
-        "staged_10x_faster_than_direct": result["staged_speedup_vs_direct"] >= 10,
-        "staged_within_1.5x_sequential": result["staged_vs_sequential"] <= 1.5,
-    }
+    result["goals"] = read_goals(result["staged_speedup_vs_direct"], result["staged_vs_sequential"], "direct")
     shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def read_goals(speedup: float, vs_sequential: float, other: str) -> dict[str, bool]:
+    """Staged restore at least 10x faster than reading file by file (`other`: direct or per_file),
+    and within 1.5x of one sequential read of the same bytes."""
+    return {f"staged_10x_faster_than_{other}": speedup >= 10, "staged_within_1.5x_sequential": vs_sequential <= 1.5}
 
 
 def _bench_volumecache(source: Path, mnt: Path, local: Path, shape: dict[str, Any]) -> float | None:
