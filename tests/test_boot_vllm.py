@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import base_env, find_sentinels, run_warmstart, secret_env
-from warmstart.dev.testmodel import write_test_model
+from helpers.run import base_env, run_warmstart
+from helpers.sentinels import find_sentinels, secret_env
+from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from conftest import WARMSTART, base_env, run_warmstart
+from helpers.run import WARMSTART, base_env, run_warmstart
 from warmstart.hardware import Hardware, detect_cpu
 from warmstart.key import derive_key, key_extra_args
 from warmstart.model import ResolvedModel
@@ -211,8 +212,16 @@ def test_bad_setting_stops_before_anything_starts(tmp_path, volume, fake_vllm_py
     assert not (volume / "warmstart").exists()
 
 
-def test_warmstart_script_exists():
-    assert Path(WARMSTART).exists()
+@pytest.mark.parametrize("command", ["key", "boot", "serve", "fetch", "explain"])
+def test_the_installed_script_runs_and_prints_each_commands_help(command):
+    """The `warmstart` on PATH (the image's entrypoint) starts, and every command that reads the
+    key's settings answers --help without needing any of them."""
+    result = subprocess.run(
+        [WARMSTART, command, "--help"], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: warmstart {command} ")
+    assert "--volume DIR" in result.stdout
 
 
 def test_same_key_for_the_volume_and_the_baked_snapshot():

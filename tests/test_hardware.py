@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import base_env, run_warmstart
+from helpers.run import base_env, run_warmstart
 from warmstart.gpus import GpuDevice, apply_device_ids, parse_smi_list, parse_smi_query, select_visible
 from warmstart.hardware import Hardware, HardwareError, detect_hardware, engine_world_size, gpu_signs
 

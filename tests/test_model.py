@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from conftest import MODEL_ID, base_env, run_warmstart
-from fake_hub import FakeHub
-from warmstart.dev.testmodel import model_files, snapshot_commit
+from helpers.fake_hub import FakeHub
+from helpers.run import MODEL_ID, base_env, run_warmstart
 from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
+from warmstart_dev.testmodel import model_files, snapshot_commit
 
 
 def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
@@ -28,7 +28,7 @@ def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
 
 
 def test_same_seed_same_commit_other_seed_other_commit(tmp_path, tiny_model):
-    from warmstart.dev.testmodel import write_test_model
+    from warmstart_dev.testmodel import write_test_model
 
     again = write_test_model(tmp_path / "other" / "hub", MODEL_ID)
     assert again.commit == tiny_model.commit
@@ -178,8 +178,8 @@ def test_boot_downloads_what_is_missing_and_reports_it(tmp_path, fake_vllm_pytho
 def test_vllm_gets_one_path_wherever_the_snapshot_lives(tmp_path, volume, tiny_model):
     """Volume or baked image: vLLM hashes the path it is given (ModelConfig.model), so both
     snapshots are reached through one link, named by repo and commit."""
-    from warmstart.dev.testmodel import write_test_model
     from warmstart.model import link_model, vllm_model_path
+    from warmstart_dev.testmodel import write_test_model
 
     baked = write_test_model(tmp_path / "image" / "hub", MODEL_ID)
     on_volume = resolve(MODEL_ID, None, volume / "huggingface-cache" / "hub", no_download_reason="test")

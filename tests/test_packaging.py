@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, base_env, run_warmstart
-from warmstart.dev.testmodel import write_test_model
+from helpers.run import REPO, base_env, run_warmstart
 from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
 from warmstart.settings import from_env, render_reference
@@ -27,6 +26,7 @@ from warmstart.variables import (
     known_variables,
 )
 from warmstart.worker.serve import init_timeout_warning, local_api_hint
+from warmstart_dev.testmodel import write_test_model
 
 HUB = json.loads((REPO / ".runpod" / "hub.json").read_text())
 TESTS = json.loads((REPO / ".runpod" / "tests.json").read_text())

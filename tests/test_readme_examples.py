@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, REPO
+from helpers.run import FIXTURES, REPO
 from warmstart.vllm.evidence import report_from_log
 
 

@@ -17,19 +17,13 @@ import subprocess
 import time
 import urllib.request
 
-from conftest import (
-    API_KEY_SENTINEL,
-    SENTINELS,
-    base_env,
-    find_sentinels,
-    run_warmstart,
-    secret_env,
-)
-from warmstart.dev.testmodel import write_test_model
+from helpers.run import base_env, run_warmstart
+from helpers.sentinels import API_KEY_SENTINEL, SENTINELS, find_sentinels, secret_env
 from warmstart.redact import MASK, Redactor
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port
 from warmstart.worker.handler import JobHandler, make_handler
+from warmstart_dev.testmodel import write_test_model
 
 
 def test_redactor_masks_secret_flags_inside_vllm_extra_args():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.run import REPO
 from warmstart.settings import SettingsError, from_env
 from warmstart.variables import ENGINE_FLAGS, WRAPPER_VARIABLES
 from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
@@ -184,6 +185,6 @@ def test_no_vllm_prefixed_wrapper_variable_reaches_vllm(name):
 
 
 def test_documented_key_column_is_engine_flags_in_key():
-    reference = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    reference = (REPO / "docs" / "configuration.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|", reference, flags=re.M))
     assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}

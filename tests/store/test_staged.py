@@ -1,0 +1,199 @@
+"""Staged caches on a plain folder: generations, deltas, corruption, the lease, garbage."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.files import tree, write
+from warmstart.store import staged
+from warmstart.store.staged import (
+    PublishLease,
+    StagedStore,
+    collect_garbage,
+    execute_publish,
+    plan_publish,
+    publish,
+    restore,
+)
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Path:
+    base = tmp_path / "worker-a" / "cache"
+    for i in range(30):
+        write(base, f"inductor/c{i % 4}/k{i}.so", os.urandom(100 + i * 37))
+    write(base, "triton/abc/kernel.cubin", os.urandom(5000))
+    write(base, "vllm/torch_compile_cache/h1/rank_0_0/backbone/artifact", os.urandom(20000))
+    return base
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StagedStore:
+    return StagedStore(tmp_path / "volume" / "key" / "staged")
+
+
+def test_publish_then_restore_roundtrip(store, local, tmp_path):
+    result = publish(store, local, publisher="a", lease_wait_s=0)
+    assert (result.status, result.generation, result.files) == ("published", 1, 32)
+    assert result.per_layer == {
+        "inductor": (30, sum(100 + i * 37 for i in range(30))),
+        "triton": (1, 5000),
+        "vllm_compile": (1, 20000),
+    }
+    dest = tmp_path / "worker-b" / "cache"
+    write(dest, "inductor/stale/left-over.so", b"old")  # a restore replaces, it does not merge
+    restored = restore(store, dest, reader="b")
+    assert restored.generation == 1
+    assert tree(dest) == tree(local)
+    for rel in tree(local):
+        assert (dest / rel).stat().st_mtime_ns == (local / rel).stat().st_mtime_ns
+    assert not list(store.readers.iterdir()), "a finished restore leaves no reader registration"
+
+
+def test_second_worker_publishes_only_what_is_missing(store, local, tmp_path):
+    publish(store, local, publisher="a", lease_wait_s=0)
+    other = tmp_path / "worker-b" / "cache"
+    restore(store, other, reader="b")
+    assert publish(store, other, publisher="b", lease_wait_s=0).status == "nothing_new"
+    write(other, "triton/def/new.cubin", b"x" * 777)
+    result = publish(store, other, publisher="b", lease_wait_s=0)
+    assert (result.status, result.generation, result.files) == ("published", 2, 1)
+    gen = store.load(2)
+    assert len(gen.bundles) == 2, "a delta references the earlier bundle"
+    assert set(gen.files) == set(tree(local)) | {"triton/def/new.cubin"}
+    third = tmp_path / "worker-c" / "cache"
+    assert restore(store, third, reader="c").generation == 2
+    assert tree(third) == tree(other)
+
+
+def test_racing_publishers_never_clobber_and_merge(store, local, tmp_path):
+    publish(store, local, publisher="a", lease_wait_s=0)
+    a = tmp_path / "a" / "cache"
+    b = tmp_path / "b" / "cache"
+    restore(store, a, reader="a")
+    restore(store, b, reader="b")
+    write(a, "triton/a/only-a.cubin", b"a" * 10)
+    write(b, "triton/b/only-b.cubin", b"b" * 20)
+    plan_a = plan_publish(store, a)
+    plan_b = plan_publish(store, b)  # both plan on generation 1, as two lease holders might
+    assert execute_publish(store, a, plan_a, publisher="a").generation == 2
+    assert execute_publish(store, b, plan_b, publisher="b").generation == 3
+    merged = store.load(3)
+    assert {"triton/a/only-a.cubin", "triton/b/only-b.cubin"} <= set(merged.files)
+    assert store.load(2).files.keys() <= merged.files.keys()
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
+def test_corrupt_bundle_is_detected_reported_and_replaced(store, local, tmp_path, damage):
+    publish(store, local, publisher="a", lease_wait_s=0)
+    bundle = store.bundles / store.load(1).bundles[0].name
+    if damage == "flip":
+        flip_byte(bundle, bundle.stat().st_size // 2)  # inside a file's data: only the checksum sees it
+    elif damage == "truncate":
+        bundle.write_bytes(bundle.read_bytes()[:3000])
+    else:
+        bundle.unlink()
+    dest = tmp_path / "b" / "cache"
+    result = restore(store, dest, reader="b")
+    assert result.generation is None, "a corrupt generation is never restored"
+    assert tree(dest) == {}
+    assert len(result.problems) == 1 and bundle.name in result.problems[0]
+    assert result.bad_bundles == (bundle.name,)
+    # The next publish writes a fresh generation that does not reference the bad bundle.
+    republished = publish(store, local, publisher="c", lease_wait_s=0, distrust=result.bad_bundles)
+    assert (republished.status, republished.generation, republished.files) == ("published", 2, 32)
+    assert bundle.name not in {b.name for b in store.load(2).bundles}
+    assert restore(store, tmp_path / "d" / "cache", reader="d").generation == 2
+
+
+def test_corrupt_newest_falls_back_to_the_previous_generation(store, local, tmp_path):
+    publish(store, local, publisher="a", lease_wait_s=0)
+    write(local, "triton/new/k.cubin", b"n" * 100)
+    publish(store, local, publisher="a", lease_wait_s=0)
+    (store.generations_dir / "g00000002.json").write_text("{not json")
+    result = restore(store, tmp_path / "b" / "cache", reader="b")
+    assert result.generation == 1
+    assert "g00000002.json: unreadable" in result.problems[0]
+
+
+def test_lease_is_exclusive_and_expires(store):
+    first = PublishLease(store, "a", ttl_s=60)
+    second = PublishLease(store, "b", ttl_s=60)
+    assert first.try_acquire()
+    assert not second.try_acquire()
+    first.release()
+    assert second.try_acquire()
+    # A holder that died (its lease expired) loses it.
+    data = json.loads(store.lease_path.read_text())
+    data.update(expires=time.time() - 1, host="elsewhere")
+    store.lease_path.write_text(json.dumps(data))
+    assert PublishLease(store, "c").try_acquire()
+
+
+def test_lease_of_a_killed_process_on_this_host_is_stale(store):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    lease = PublishLease(store, "dead", ttl_s=600)
+    assert lease.try_acquire()
+    data = json.loads(store.lease_path.read_text())
+    data["pid"] = proc.pid  # a pid that no longer runs
+    store.lease_path.write_text(json.dumps(data))
+    assert PublishLease(store, "alive").try_acquire()
+
+
+def test_busy_lease_skips_publish(store, local):
+    holder = PublishLease(store, "a", ttl_s=60)
+    assert holder.try_acquire()
+    result = publish(store, local, publisher="b", lease_wait_s=0.2)
+    assert result.status == "skipped"
+    assert store.generation_numbers() == []
+
+
+def test_garbage_keeps_recent_and_read_generations(store, local, monkeypatch):
+    for i in range(5):
+        write(local, f"triton/g{i}/k.cubin", bytes([i]) * 100)
+        execute_publish(store, local, plan_publish(store, local), publisher="a")
+    assert store.generation_numbers() == [1, 2, 3, 4, 5]
+    reader = store.readers / "r.json"
+    reader.write_text(
+        json.dumps({"generation": 2, "bundles": [b.name for b in store.load(2).bundles], "expires": time.time() + 60})
+    )
+    assert collect_garbage(store, ttl_s=600).generations == ("g00000001.json", "g00000003.json")
+    plan = collect_garbage(store, ttl_s=0)
+    plan.execute(store)
+    assert store.generation_numbers() == [2, 4, 5]
+    referenced = {b.name for n in (2, 4, 5) for b in store.load(n).bundles}
+    assert {p.name for p in store.bundles.iterdir()} == referenced
+    reader.unlink()
+    collect_garbage(store, ttl_s=0).execute(store)
+    assert store.generation_numbers() == [4, 5]
+
+
+def test_too_many_deltas_are_compacted(store, local, monkeypatch):
+    monkeypatch.setattr(staged, "MAX_BUNDLES", 3)
+    for i in range(4):
+        write(local, f"triton/x{i}/k.cubin", b"k" * 10)
+        publish(store, local, publisher="a", lease_wait_s=0)
+    assert len(store.load(3).bundles) == 3
+    assert len(store.load(4).bundles) == 1
+
+
+def test_dry_run_plans_without_writing(store, local):
+    plan = plan_publish(store, local)
+    assert plan.full and len(plan.files) == 32 and plan.bytes > 0
+    assert not store.root.exists()
+    assert collect_garbage(store, ttl_s=0).generations == ()

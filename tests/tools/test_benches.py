@@ -1,0 +1,134 @@
+"""The benchmark commands end to end with the scripted engine: their wiring, never their figures.
+
+The figures come from real vLLM (docs/BENCHMARKS.md); these runs only show that a bench still
+starts both sides, reads what it needs from each, and prints its JSON. A bench that crashed on
+a changed signature was once found only by its own 18-minute run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.run import WARMSTART_DEV, base_env
+from warmstart.weights import weight_files
+from warmstart_dev.bench import boot_goal_met
+from warmstart_dev.servebench import serve_goal_met
+from warmstart_dev.volumebench import read_goals
+from warmstart_dev.weightsbench import weights_goals, weights_seconds
+
+WEIGHTS_GOALS = (
+    "weights_at_most_25pct_of_bare",
+    "weights_at_most_50pct_of_bare_prefetch",
+    "ready_not_above_bare_prefetch",
+)
+
+
+def run_bench(tmp_path: Path, python: str, name: str, *args: str, **env: str) -> dict[str, Any]:
+    """`warmstart-dev bench NAME --json` on the scripted engine; its JSON."""
+    full_env = {**base_env(tmp_path / "unused-volume", python, tmp_path), **env}
+    argv = [WARMSTART_DEV, "bench", name, "--json", "--workdir", str(tmp_path / "bench"), *args]
+    done = subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_bench_boot_runs_both_sides_cold_then_warm(tmp_path, fake_vllm_python):
+    result = run_bench(tmp_path, fake_vllm_python, "boot", BENCH_REPEATS="2")
+    assert result["benchmark"] == "boot" and result["repeats"] == 2
+    assert len(result["bare_warm_runs_s"]) == len(result["warmstart_warm_runs_s"]) == 2
+    assert len(result["pair_overheads_s"]) == 2
+    # warmstart's own reports, one per boot: the first compiled, the next two restored it.
+    assert result["warmstart_verdicts"] == ["cold", "warm", "warm"]
+    assert len(result["warmstart_before_engine_s"]) == len(result["warmstart_wrapper_cpu_s"]) == 3
+    assert isinstance(result["goal_met"], bool)
+
+
+def test_bench_predict_boots_each_configuration_cold_then_warm_and_scores_them(tmp_path, fake_vllm_python):
+    result = run_bench(tmp_path, fake_vllm_python, "predict")
+    assert result["benchmark"] == "predict"
+    configs = [tuple(b["config"]) for b in result["boots"]]
+    assert configs == [c for c in ((256, 4), (512, 4), (256, 2), (1024, 8)) for _ in (0, 1)]
+    # A fresh local disk each time: the second boot of a configuration can only be warm from the volume.
+    assert [b["verdict"] for b in result["boots"]] == ["cold", "warm"] * 4
+    assert result["evaluation"]["keys"] == 4 and result["evaluation"]["all"]["n"] == 8
+
+
+def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm_python):
+    """On the NFS-like mock volume (real FUSE mounts), one repeat, a 4 MiB model."""
+    models = str(tmp_path / "models")
+    result = run_bench(
+        tmp_path, fake_vllm_python, "weights", "--size", "4MiB", BENCH_REPEATS="1", WARMSTART_BENCH_MODELS=models
+    )
+    assert result["benchmark"] == "weights" and result["repeats"] == 1
+    assert result["bytes"] == sum(s for _, s in weight_files(next((tmp_path / "models").glob("hub/*/snapshots/*"))))
+    for side in ("bare", "bare_prefetch", "warmstart"):
+        assert len(result["runs"][side]["ready_runs_s"]) == 1
+        assert result["runs"][side]["weights_runs_s"] == [0.01]  # the scripted engine's "Loading weights took"
+    (report,) = result["warmstart_reports"]
+    # It ran; the scripted engine "loads" at once, which may stop it before the end.
+    assert report["weights"]["source"] == "volume" and report["weights"]["prefetch"]["status"] in ("done", "stopped")
+    assert set(result["goals"]) == {
+        "weights_at_most_25pct_of_bare",
+        "weights_at_most_50pct_of_bare_prefetch",
+        "ready_not_above_bare_prefetch",
+    }
+    assert isinstance(result["goal_met"], bool)
+
+
+# The goals, judged on figures on either side of them (the runs above only show they are reported).
+
+
+def test_boot_goal_flips_when_either_overhead_crosses_its_goal():
+    assert boot_goal_met(1.0, 2.0) and boot_goal_met(-0.3, 0.5)
+    assert not boot_goal_met(1.01, 0.0)
+    assert not boot_goal_met(0.0, 2.01)
+
+
+def side(ready_s: float, weights_s: float | None) -> dict:
+    return {"ready_s": ready_s, "weights_s": weights_s}
+
+
+def test_weights_goals_flip_when_warmstart_crosses_each_bound():
+    bare, prefetch = side(90.0, 40.0), side(70.0, 24.0)
+    assert weights_goals(bare, prefetch, side(60.0, 8.0)) == dict.fromkeys(WEIGHTS_GOALS, True)
+    slower = weights_goals(bare, prefetch, side(60.0, 10.5))  # over a quarter of 40, under half of 24
+    assert slower == {**dict.fromkeys(WEIGHTS_GOALS, True), "weights_at_most_25pct_of_bare": False}
+    late = weights_goals(bare, prefetch, side(70.5, 1.0))
+    assert late == {**dict.fromkeys(WEIGHTS_GOALS, True), "ready_not_above_bare_prefetch": False}
+    unlogged = weights_goals(bare, prefetch, side(60.0, None))  # vLLM never said how long it took
+    assert unlogged["weights_at_most_25pct_of_bare"] is unlogged["weights_at_most_50pct_of_bare_prefetch"] is False
+
+
+def test_staged_read_goals_flip_at_ten_times_and_one_and_a_half():
+    assert read_goals(10.0, 1.5, "direct") == {
+        "staged_10x_faster_than_direct": True,
+        "staged_within_1.5x_sequential": True,
+    }
+    assert read_goals(9.9, 1.5, "per_file") == {
+        "staged_10x_faster_than_per_file": False,
+        "staged_within_1.5x_sequential": True,
+    }
+    assert read_goals(25.0, 1.51, "direct")["staged_within_1.5x_sequential"] is False
+
+
+def test_serve_goal_needs_a_small_overhead_and_no_error():
+    assert serve_goal_met(0.002, 0)
+    assert not serve_goal_met(0.0021, 0)
+    assert not serve_goal_met(0.0, 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "seconds"),
+    [
+        ("(Worker pid=1) INFO 11-29 19:39:18 [default_loader.py:501] Loading weights took 0.01 seconds", 0.01),
+        ("INFO 12-01 10:00:41 [model_runner.py:429] Model loading took 15.27 GiB memory and 12.400000 seconds", 12.4),
+        ("INFO 11-29 19:39:17 [cpu_model_runner.py:68] Starting to load model /x..", None),
+        ("Loading weights took a long time", None),
+    ],
+)
+def test_the_weights_bench_reads_vllms_own_weights_time(line, seconds):
+    assert weights_seconds(line) == seconds

