@@ -33,7 +33,8 @@ from .redact import Redactor
 from .settings import Settings, is_vllm_variable
 from .store.backend import BundleStore
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
+from .store.layout import CacheDirs, VolumeLayout, engine_env
+from .store.placement import place_caches, probe_volume
 from .store.scan import write_boot_marker
 from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
 from .vllm import evidence
@@ -158,39 +159,24 @@ def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[
 
 
 def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> BootPlan:
+    """Resolve the model, probe the engine and hardware, derive the key, place the caches, open the tiers."""
     t0 = time.monotonic()
-    warnings = list(settings.warnings)
-    layout = choose_layout(settings.volume, settings.local_cache_dir)
-    read_only_hubs: tuple[Path, ...] = ()
-    read_only_volume: VolumeLayout | None = None
-    if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
-        # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
-        # the model from it; keep caches and records on local disk; publish nothing.
-        read_only_volume = layout
-        message = (
-            f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
-            f"at {settings.local_cache_dir}, and nothing will be published"
-            + (" to it (the S3 store still is)" if settings.s3_url and settings.cache_mode == "staged" else "")
-        )
-        warnings.append(message)
-        log.warning("warmstart | volume   | %s", message)
-        read_only_hubs = (layout.hub_cache,)
-        layout = VolumeLayout(settings.local_cache_dir, on_volume=False)
-    elif not layout.on_volume:
-        warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
+    volume = probe_volume(settings)
+    if volume.read_only is not None:
+        log.warning("warmstart | volume   | %s", volume.warnings[0])
+    elif not volume.layout.on_volume:
         log.warning(
             "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
             settings.volume,
-            layout.root,
+            volume.layout.root,
         )
-
     model = resolve(
         settings.model_name,
         settings.model_revision,
-        layout.hub_cache,
+        volume.layout.hub_cache,
         token=settings.hf_token,
         no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
         stall_s=settings.hub_stall_s,
     )
     stage(
@@ -207,67 +193,48 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> B
     engine = probe_engine(find_vllm_python(settings.vllm_python))
     probe = detect_engine_hardware(settings, engine, os.environ)
     hardware = probe.hardware
-    warnings.extend(probe.notes)
     stage("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)
     key = derive_key(settings, model, hardware, engine, derived)
     stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
-    dirs = layout.cache_dirs(key)
-    staged = None
-    s3 = None
-    if settings.cache_mode == "staged":
-        local_dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
-        if layout.on_volume:
-            # Caches live on local disk; the volume holds the key's published generations.
-            staged = StagedStore(layout.key_dir(key) / "staged")
-            dirs = local_dirs
-        elif read_only_volume is not None:
-            # Generations published to it earlier can still be restored (into local disk).
-            if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
-                staged = StagedStore(read_only_volume.key_dir(key) / "staged")
-            dirs = local_dirs
-        if settings.s3_url:
-            from .store.s3 import open_store
-
-            s3 = open_store(
-                settings.s3_url,
-                settings.s3_endpoint_url,
-                settings.s3_region,
-                key.dirname,
-                spool_dir=settings.local_cache_dir / "spool",
-            )
-            dirs = local_dirs
-            stage(
-                "s3",
-                "staged store %s%s",
-                s3.location,
-                f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "",
-            )
-        elif not layout.on_volume and read_only_volume is None:
-            warnings.append("WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local")
-    elif settings.s3_url:
-        warnings.append("WARMSTART_S3_URL is used in staged mode only (WARMSTART_CACHE_MODE=direct): no S3 tier")
+    place = place_caches(settings, volume, key)
+    s3 = _open_s3(settings, key) if place.open_s3 else None
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
-    env = engine_env(layout, dirs, offline=True)
+    env = engine_env(place.layout, place.cache_dirs, offline=True)
     env.update(derived)
     return BootPlan(
         settings,
-        layout,
+        place.layout,
         model,
         hardware,
         engine,
         key,
-        dirs,
+        place.cache_dirs,
         derived,
         env,
-        tuple(warnings),
+        (*settings.warnings, *volume.warnings, *probe.notes, *place.warnings),
         time.monotonic() - t0,
-        staged,
+        StagedStore(place.staged_root) if place.staged_root is not None else None,
         s3,
-        publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
+        publish_blocked=place.publish_blocked,
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
     )
+
+
+def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:
+    from .store.s3 import open_store
+
+    assert settings.s3_url is not None
+    s3 = open_store(
+        settings.s3_url,
+        settings.s3_endpoint_url,
+        settings.s3_region,
+        key.dirname,
+        spool_dir=settings.local_cache_dir / "spool",
+    )
+    stage("s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "")
+    return s3
 
 
 @dataclass
