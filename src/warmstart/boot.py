@@ -267,6 +267,8 @@ class Boot:
     prefetcher: Prefetcher | None = None
     load_start_t: float | None = None  # engine clock: vLLM began loading weights (its bootstrap ended)
     bytes_at_load_start: int | None = None  # what the prefetch had read by then
+    linked: bool | None = None  # link_model: None before it ran, False when vLLM gets the snapshot's own path
+    link_warning: str | None = None  # why the stable path could not be linked
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
@@ -512,6 +514,7 @@ class Boot:
         """Point the stable model path at this boot's snapshot. If the link cannot be made, vLLM
         gets the snapshot's own path: it boots, but its compile hash follows the snapshot's place."""
         plan = self.plan
+        self.linked = plan.vllm_model is not None
         if plan.vllm_model is None:
             return
         try:
@@ -520,13 +523,24 @@ class Boot:
         except OSError as exc:
             warning = f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
             log.warning("warmstart | model    | %s", warning)
-            self.plan = replace(plan, vllm_model=None, warnings=(*plan.warnings, warning))
+            self.linked = False
+            self.link_warning = warning
+
+    @property
+    def model_arg(self) -> Path:
+        """The model path on vLLM's command line: the plan's, unless the link could not be made."""
+        return self.plan.model.path if self.linked is False else self.plan.model_arg
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The plan's warnings and those of this boot's start."""
+        return (*self.plan.warnings, *((self.link_warning,) if self.link_warning else ()))
 
     def start(self) -> None:
         self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
-        self.argv = engine_command(plan.engine, plan.settings, plan.model_arg, port)
+        self.argv = engine_command(plan.engine, plan.settings, self.model_arg, port)
         env = engine_environment(os.environ, plan.engine_env)
         self.engine_env = env
         if self.weights_plan is None:
@@ -605,7 +619,7 @@ class Boot:
         verdict = evidence.decide_verdict(caches) if error is None else None
         expected = self.expected
         observed = self.observed()
-        warnings = list(plan.warnings)
+        warnings = list(self.warnings)
         if self.restored is not None:
             warnings += [f"restore skipped {p}" for p in self.restore_problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
@@ -644,7 +658,7 @@ class Boot:
             phases=phases,
             caches=caches,
             vllm_version=plan.engine.vllm,
-            model=model_summary(plan.model, plan.model_arg),
+            model=model_summary(plan.model, self.model_arg),
             hardware=plan.hardware.as_dict(),
             mode=plan.mode,
             on_volume=plan.layout.on_volume,
