@@ -36,7 +36,8 @@ from .store.history import BootHistory, KeyStore, now_iso
 from .store.layout import CacheDirs, VolumeLayout, engine_env
 from .store.placement import place_caches, probe_volume
 from .store.scan import write_boot_marker
-from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
+from .store.staged import PublishResult, StagedStore, step, worker_id
+from .store.tiers import TierPublish, TierRestore, publish_tiers, restore_tiers
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.evidence import BootReport, CacheLayer, LogEvidence, TreeScan
@@ -255,11 +256,8 @@ class Boot:
     history: BootHistory | None = None
     store: KeyStore | None = None
     t0: float = field(default_factory=time.monotonic)
-    restored: RestoreResult | None = None  # from the tier it came from (or the last one tried)
-    restore_problems: tuple[str, ...] = ()  # every tier's, prefixed with the tier
-    published: PublishResult | None = None  # to the volume (or, with no volume, the S3 store)
-    published_s3: PublishResult | None = None  # to the S3 store, beside a volume
-    bad_bundles: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
+    restored: TierRestore | None = None  # staged: what restoring from the tiers gave
+    published: TierPublish | None = None  # staged: the latest publish to each tier
     worker: str = field(default_factory=worker_id)
     engine_env: dict[str, str] = field(default_factory=dict)  # the environment vLLM was started with
     marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
@@ -360,57 +358,11 @@ class Boot:
         return self.history.expected if self.history else None
 
     def restore(self) -> None:
-        """Staged: replace the local cache with the newest intact generation of the nearest tier
-        that has one (the volume, else the S3 store). One restored from S3 reaches the volume
-        with the volume's publish: it lacks a generation, so that publish writes all of it."""
+        """Staged: replace the local cache with the newest intact generation of the nearest tier."""
         plan = self.plan
-        problems: list[str] = []
-        result = None
-        for tier in plan.tiers:
-            result = restore(tier, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s)
-            problems += [f"{tier.kind}: {p}" for p in result.problems]
-            self.bad_bundles[tier.kind] = result.bad_bundles
-            if result.unavailable:
-                log.warning(
-                    "warmstart | restore  | %s store unavailable, going on without it: %s",
-                    tier.kind,
-                    "; ".join(result.problems),
-                )
-            else:
-                for problem in result.problems:
-                    log.warning("warmstart | restore  | skipped in the %s store: %s", tier.kind, problem)
-            if result.restored:
-                stage(
-                    "restore",
-                    "generation %d: %d files (%.1f MB) in %.2f s from the %s store %s",
-                    result.generation,
-                    result.files,
-                    result.bytes / 1e6,
-                    result.seconds,
-                    tier.kind,
-                    tier.location,
-                )
-                break
-            last = tier is plan.tiers[-1]
-            if result.problems:
-                stage(
-                    "restore",
-                    "nothing could be restored from the %s store %s (%d problem(s) above)%s",
-                    tier.kind,
-                    tier.location,
-                    len(result.problems),
-                    ": starting cold" if last else "",
-                )
-            else:
-                stage(
-                    "restore",
-                    "no generation to restore in the %s store %s%s",
-                    tier.kind,
-                    tier.location,
-                    ": starting cold" if last else "",
-                )
-        self.restored = result
-        self.restore_problems = tuple(problems)
+        self.restored = restore_tiers(
+            plan.tiers, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s
+        )
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
         """Staged: publish what this boot added that each tier's generation lacks, the volume
@@ -419,72 +371,32 @@ class Boot:
         if not plan.tiers:
             return None
         step("boot:publish")
-        results = []
-        for tier in plan.tiers:
-            result = self._publish_to(tier, wait_s)
-            if tier is plan.s3 and plan.staged is not None:
-                self.published_s3 = result
-            else:
-                self.published = result
-            results.append(result)
-        return results[0] if results else None
-
-    def _publish_to(self, tier: BundleStore, wait_s: float | None) -> PublishResult:
-        plan = self.plan
-        settings = plan.settings
-        if isinstance(tier, StagedStore):
-            if plan.publish_blocked is not None:  # said once already, in the volume line
-                result = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
-                stage("publish", "%s skipped: %s", tier.kind, result.detail)
-                return result
-            key_dir = tier.root.parent
-            if not key_dir.is_dir():
-                # The volume went away after the boot began (unmounted, or the key's directory was
-                # removed): publishing would recreate the tree on whatever is at that path now.
-                result = PublishResult(
-                    "skipped",
-                    detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
-                )
-                log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
-                return result
-        stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
-        result = publish(
-            tier,
-            self.plan.cache_dirs.base,
+        self.published = publish_tiers(
+            plan.tiers,
+            plan.cache_dirs.base,
             publisher=self.worker,
-            lease_wait_s=settings.publish_wait_s if wait_s is None else wait_s,
-            lease_ttl_s=settings.lease_ttl_s,
-            distrust=self.bad_bundles.get(tier.kind, ()),
+            lease_wait_s=plan.settings.publish_wait_s if wait_s is None else wait_s,
+            lease_ttl_s=plan.settings.lease_ttl_s,
+            distrust=self.restored.bad_bundles if self.restored else None,
+            blocked=plan.publish_blocked,
         )
-        if result.status == "published":
-            stage(
-                "publish",
-                "%s generation %d: %d files (%.1f MB) in %.2f s (%s)",
-                tier.kind,
-                result.generation,
-                result.files,
-                result.bytes / 1e6,
-                result.seconds,
-                result.detail,
-            )
-        elif result.status == "failed":
-            log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
-        else:
-            stage("publish", "%s %s: %s", tier.kind, result.status, result.detail)
-        return result
+        return self.published.first
 
     @property
     def restore_s(self) -> float | None:
-        return round(self.restored.seconds, 3) if self.restored else None
+        r = self.restored.result if self.restored else None
+        return round(r.seconds, 3) if r else None
 
     @property
     def publish_s(self) -> float | None:
-        return round(self.published.seconds, 3) if self.published else None
+        p = self.published.first if self.published else None
+        return round(p.seconds, 3) if p else None
 
     def staged_layer_counts(self) -> dict[str, dict[str, int]]:
         """Per layer: files and bytes restored from and published to the volume (staged)."""
         counts: dict[str, dict[str, int]] = {}
-        for result, prefix in ((self.restored, "restored"), (self.published, "published")):
+        restored = self.restored.result if self.restored else None
+        for result, prefix in ((restored, "restored"), (self.published.first if self.published else None, "published")):
             for layer, (files, size) in (result.per_layer if result else {}).items():
                 counts.setdefault(layer, {}).update({f"{prefix}_files": files, f"{prefix}_bytes": size})
         return counts
@@ -493,20 +405,20 @@ class Boot:
         plan = self.plan
         if not plan.tiers:
             return None
-        r = self.restored
+        r = self.restored.result if self.restored else None
         first = plan.tiers[0]
         summary = {
             "store": first.location,
             "local": str(plan.cache_dirs.base),
             "generation_restored": r.generation if r else None,
             "restored_from": r.source if r is not None and r.restored else None,
-            "restore_problems": list(self.restore_problems),
-            "publish": _publish_summary(self.published),
+            "restore_problems": list(self.restored.problems if self.restored else ()),
+            "publish": _publish_summary(self.published.first if self.published else None),
         }
         if plan.s3 is not None:
             summary["s3"] = {
                 "store": plan.s3.location,
-                "publish": _publish_summary(self.published if plan.staged is None else self.published_s3),
+                "publish": _publish_summary(self.published.of(plan.s3.kind) if self.published else None),
             }
         return summary
 
@@ -621,13 +533,12 @@ class Boot:
         observed = self.observed()
         warnings = list(self.warnings)
         if self.restored is not None:
-            warnings += [f"restore skipped {p}" for p in self.restore_problems]
+            warnings += [f"restore skipped {p}" for p in self.restored.problems]
             if not self.restored.restored and self.history is not None and self.history.expected == "hit":
                 warnings.append("earlier boots of this key completed, but no generation could be restored")
-        for kind, result in (("volume", self.published), ("s3", self.published_s3)):
-            if result is None or result.status not in ("failed", "skipped"):
+        for tier_kind, result in self.published.items() if self.published else ():
+            if result.status not in ("failed", "skipped"):
                 continue
-            tier_kind = kind if plan.staged is not None else plan.tiers[0].kind
             if tier_kind == "volume" and plan.publish_blocked:
                 continue  # said once, in the volume line
             warnings.append(f"{tier_kind}: {result.detail}")
