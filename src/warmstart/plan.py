@@ -21,9 +21,9 @@ from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings
 from .store.backend import BundleStore
+from .store.folder import StagedStore
 from .store.layout import CacheDirs, VolumeLayout, engine_env
 from .store.placement import place_caches, probe_volume
-from .store.staged import StagedStore
 
 log = logging.getLogger("warmstart")
 

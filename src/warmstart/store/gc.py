@@ -208,7 +208,8 @@ def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[
 
 
 def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage | None:
-    from .staged import StagedStore, collect_garbage
+    from .folder import StagedStore
+    from .staged import collect_garbage
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():
@@ -229,7 +230,8 @@ def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage 
 
 def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
     """The staged store's own collector, under the key's publish lease (skipped while a publisher holds it)."""
-    from .staged import PublishLease, StagedStore, collect_garbage, worker_id
+    from .folder import PublishLease, StagedStore
+    from .staged import collect_garbage, worker_id
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():

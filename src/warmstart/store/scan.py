@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..vllm.evidence import scan_tree
+from .folder import PublishLease, StagedStore
 from .history import parse_boot_lines, read_json, write_json_atomic
 from .layout import VolumeLayout
 
@@ -252,9 +253,6 @@ def _generation_count(path: Path) -> int:
 
 def _staged_in_use(path: Path, at: float) -> list[str]:
     """A live publish lease or restore registration under the key's staged store."""
-    # Imported here: staged imports evidence, which scan does not otherwise need.
-    from .staged import PublishLease, StagedStore
-
     store = StagedStore(path / "staged")
     reasons = []
     if store.lease_path.exists() and PublishLease(store, "scan").is_live():

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import BundleStore
-from .staged import PublishResult, RestoreResult, StagedStore, publish, restore
+from .folder import StagedStore
+from .staged import PublishResult, RestoreResult, publish, restore
 
 log = logging.getLogger("warmstart")
 
