@@ -22,8 +22,8 @@ from .model import link_model
 from .plan import BootPlan, derive_engine_env, detect_engine_hardware, model_summary, plan_boot, stage
 from .redact import Redactor
 from .report import BootObservation, build_report, expected
+from .store.booting import write_boot_marker
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.scan import write_boot_marker
 from .store.staged import PublishResult, step, worker_id
 from .store.tiers import TierPublish, TierRestore, publish_tiers, restore_tiers
 from .vllm import evidence

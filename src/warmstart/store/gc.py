@@ -35,8 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .booting import read_boot_markers
 from .layout import VolumeLayout
-from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, read_boot_markers, scan_key
+from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, scan_key
 
 DAY_S = 86400.0
 
