@@ -8,7 +8,7 @@ from warmstart.cachekey import CacheKey, EngineInfo, Hardware
 from warmstart.model import ResolvedModel
 from warmstart.plan import BootPlan
 from warmstart.redact import Redactor
-from warmstart.report import BootObservation, build_report, expected
+from warmstart.report import BootObservation, build_report, expectation
 from warmstart.settings import from_env
 from warmstart.store.history import BootHistory
 from warmstart.store.layout import VolumeLayout
@@ -52,12 +52,12 @@ def restored(generation: int | None, problems: tuple[str, ...] = ()) -> TierRest
     return TierRestore(result, problems, {"volume": ()})
 
 
-def test_expected_follows_the_restore_when_staged_and_the_history_when_direct():
-    assert expected(plan(), restored(4), None) == "hit"
-    assert expected(plan(), restored(None), None) == "miss"
-    assert expected(plan(staged=False), None, None) is None
+def test_expectation_follows_the_restore_when_staged_and_the_history_when_direct():
+    assert expectation(plan(), restored(4), None) == "hit"
+    assert expectation(plan(), restored(None), None) == "miss"
+    assert expectation(plan(staged=False), None, None) is None
     done = BootHistory(({"ready_s": 10.0},))
-    assert expected(plan(staged=False), None, done) == done.expected
+    assert expectation(plan(staged=False), None, done) == done.expected
 
 
 def test_the_report_reads_the_boot_not_a_rewritten_plan():

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from .model import link_model
 from .plan import BootPlan, derive_engine_env, detect_engine_hardware, model_summary, plan_boot, stage
 from .redact import Redactor
-from .report import BootObservation, build_report, expected
+from .report import BootObservation, build_report, expectation
 from .store.booting import write_boot_marker
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.staged import PublishResult, step, worker_id
@@ -167,7 +167,7 @@ class Boot:
 
     @property
     def expected(self) -> str | None:
-        return expected(self.plan, self.restored, self.history)
+        return expectation(self.plan, self.restored, self.history)
 
     def restore(self) -> None:
         """Staged: replace the local cache with the newest intact generation of the nearest tier."""

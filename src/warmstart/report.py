@@ -55,7 +55,7 @@ class BootObservation:
     error: str | None = None
 
 
-def expected(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> str | None:
+def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> str | None:
     """hit if the caches should hold this key's artifacts: an earlier boot completed (direct)
     or a generation was restored (staged)."""
     if plan.tiers:
@@ -204,7 +204,7 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
             caches[name] = replace(caches[name], **extra)
     caches["hf_weights"] = hf_weights_layer(plan.model)
     verdict = evidence.decide_verdict(caches) if obs.error is None else None
-    expect = expected(plan, obs.restored, obs.history)
+    expect = expectation(plan, obs.restored, obs.history)
     seen = observed(plan, obs, redactor)
     warnings = report_warnings(plan, obs)
     reasons = miss_reason(obs, caches, expect, seen)
