@@ -106,3 +106,24 @@ def test_the_weights_block_gets_vllms_phases():
     report = build_report(plan(), observation(weights=weights, before={"vllm_compile": TreeScan("", {})}), Redactor())
     assert list(report.weights) == list(weights)
     assert set(report.weights) >= {"vllm_bootstrap_s", "vllm_weights_s"}
+
+
+def test_the_background_publish_updates_the_served_report():
+    """worker.serve: the boot report job shows the publish that ran after vLLM served."""
+    from warmstart.boot import Boot
+    from warmstart.worker.serve import start_background_publish
+
+    boot = Boot(plan(), Redactor(), restored=TierRestore())
+    result = PublishResult("published", 1, 2, 200, 1.5, "full bundle", {"vllm_compile": (2, 200)})
+
+    def publish(**_kw):
+        boot.published = TierPublish(("volume",), (result,))
+        return result
+
+    boot.publish = publish  # type: ignore[method-assign]
+    report = {"phases": {"publish": None}, "caches": {"vllm_compile": {"status": "miss"}}, "staged": None}
+    thread = start_background_publish(boot, report)
+    assert thread is not None
+    thread.join(5)
+    assert report["staged"]["publish"]["generation"] == 1 and report["phases"]["publish"] == 1.5
+    assert report["caches"]["vllm_compile"] == {"status": "miss", "published_files": 2, "published_bytes": 200}
