@@ -28,7 +28,7 @@ from .store.staged import PublishResult, step, worker_id
 from .store.tiers import TierPublish, TierRestore, publish_tiers, restore_tiers
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
-from .vllm.evidence import BootReport, LogEvidence, TreeScan
+from .vllm.evidence import BootReport, LogEvidence, TreeScan, scan_tree
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
@@ -129,7 +129,7 @@ class Boot:
         if plan.tiers:
             self.restore()
         plan.cache_dirs.create()
-        self.before = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
+        self.before = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         present = sum(len(s.files) for s in self.before.values())
         stage(
             "cache",
@@ -252,7 +252,7 @@ class Boot:
     def observe(self, error: str | None = None) -> BootObservation:
         """Scan the caches again and gather what this boot saw, for its report."""
         plan = self.plan
-        after = {name: evidence.scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
+        after = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         hashes = {}
         if self.expected == "hit" and self.history:  # read only to explain a miss (report.miss_reason)
             hashes = evidence.compile_hashes(plan.cache_dirs.layer("vllm_compile"))
