@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from warmstart.boot import derive_engine_env
 from warmstart.hardware import Hardware
+from warmstart.plan import derive_engine_env
 from warmstart.settings import from_env
 
 GPU = Hardware("gpu", "NVIDIA H200", "9.0", 1)

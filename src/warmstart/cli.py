@@ -1,15 +1,4 @@
-"""`warmstart`: one command in front of every stage.
-
-    warmstart key [--json]            the cache key, its factors and the env mapping (starts nothing)
-    warmstart boot [--json]           boot vLLM, wait until it serves, stop it, print the BootReport
-    warmstart serve                   boot, then serve Runpod jobs (the container entrypoint)
-    warmstart fetch [--hub-cache DIR] download MODEL_NAME's snapshot (volume's HF cache, or an image's)
-    warmstart report LOGFILE [--json] [--html FILE]  phases and compile-cache evidence from a vLLM log alone
-    warmstart ls [--json]             every key and HF snapshot on the volume, sizes, boots, monthly cost
-    warmstart explain [KEY|--last]    will the next boot be cold (and which factor split the key); why one missed
-    warmstart gc [...] [--dry-run]    remove old keys (and unused HF snapshots), never one in use
-    warmstart timeline [KEY] --html F a key's boots as phase bars, in one self-contained HTML page
-    warmstart predict [--json]        this configuration's cold and warm ready time, from the volume's boots
+"""`warmstart`: one command in front of every stage (`warmstart --help` lists them; docs/commands.md says more).
 
 Human-readable progress goes to stderr; with --json, stdout holds only the JSON document.
 Only what a user of the image needs is here: the test model and the benchmarks are
@@ -48,7 +37,7 @@ def _settings(args: argparse.Namespace):  # noqa: ANN202 - Settings, imported la
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from .boot import plan_boot
+    from warmstart.plan import plan_boot
 
     settings = _settings(args)
     plan = plan_boot(settings, no_download_reason="`warmstart key` downloads nothing; run `warmstart fetch`")
@@ -64,7 +53,9 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 
 def cmd_boot(args: argparse.Namespace) -> int:
-    from .boot import plan_boot, run_boot
+    from warmstart.boot import run_boot
+    from warmstart.plan import plan_boot
+
     from .vllm.engine import EngineFailed
 
     settings = _settings(args)
@@ -190,7 +181,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
         result = explain.explain_boot(*found)
     else:
-        from .boot import plan_boot
+        from warmstart.plan import plan_boot
 
         settings = _settings(args)
         plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
@@ -279,7 +270,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     layout = _layout(args) if args.evaluate else None
     plan = None
     if not args.evaluate:
-        from .boot import plan_boot
+        from warmstart.plan import plan_boot
 
         plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing")
         layout = plan.layout
@@ -329,7 +320,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     """Put MODEL_NAME's snapshot into an HF cache (the volume's, or --hub-cache: a model baked into an image)."""
-    from .boot import model_summary
+    from warmstart.plan import model_summary
+
     from .model import resolve
     from .store.layout import choose_layout
 
@@ -443,7 +435,8 @@ def dispatch(args: argparse.Namespace) -> int:
         from .vllm.install import EngineNotFound
 
         if isinstance(exc, (ModelError, EngineNotFound, HardwareError)):
-            log.error("warmstart | error    | %s", redactor.text(str(exc)))
+            # One line: a Hub error's own explanation continues on the next lines of its message.
+            log.error("warmstart | error    | %s", " ".join(redactor.text(str(exc)).split()))
             return EXIT_CONFIG
         raise
 

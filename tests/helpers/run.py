@@ -88,5 +88,5 @@ def read_until(proc: subprocess.Popen[str], text: str, log: list[str]) -> str:
 
 def paused_env(env: dict[str, str], step: str, resume: Path) -> dict[str, str]:
     """Make a warmstart subprocess announce its publish/restore steps and stop at `step`
-    until `resume` exists (see warmstart.store.staged.step)."""
+    until `resume` exists (see warmstart.store.backend.step)."""
     return {**env, "WARMSTART_TEST_STEPS": "1", "WARMSTART_TEST_PAUSE_AT": step, "WARMSTART_TEST_RESUME": str(resume)}

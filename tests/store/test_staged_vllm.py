@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers.run import WARMSTART, base_env, run_warmstart
-from warmstart.store.staged import StagedStore, restore
+from warmstart.store.folder import StagedStore
+from warmstart.store.staged import restore
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers.run import base_env, group_alive, paused_env, read_until, run_warmstart, start_warmstart
-from warmstart.store.staged import StagedStore, publish, restore
+from warmstart.store.folder import StagedStore
+from warmstart.store.staged import publish, restore
 from warmstart_dev.slowfs import is_mounted, mounted
 from warmstart_dev.testmodel import write_test_model
 
@@ -132,7 +133,7 @@ def complete_generations(store: StagedStore) -> list[int]:
     return good
 
 
-# The publish's own steps, in order (warmstart.store.staged.step), then a restore's.
+# The publish's own steps, in order (warmstart.store.backend.step), then a restore's.
 PUBLISH_STEPS = (
     "publish:start",
     "publish:lease_held",

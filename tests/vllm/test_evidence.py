@@ -10,7 +10,8 @@ from helpers import gpulogs
 from helpers.run import FIXTURES, run_warmstart
 from warmstart.tree import TreeScan
 from warmstart.vllm import evidence
-from warmstart.vllm.evidence import CacheLayer, LogEvidence, decide_verdict, report_from_log
+from warmstart.vllm.evidence import CacheLayer, decide_verdict, report_from_log
+from warmstart.vllm.phases import LogEvidence
 
 
 def log_report(name: str):

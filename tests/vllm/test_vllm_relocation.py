@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from helpers.run import MODEL_ID, base_env
-from warmstart.boot import plan_boot, run_boot
+from warmstart.boot import run_boot
+from warmstart.plan import plan_boot
 from warmstart.redact import Redactor
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port

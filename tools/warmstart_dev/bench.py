@@ -23,8 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from warmstart.boot import derive_engine_env, detect_engine_hardware
 from warmstart.model import resolve
+from warmstart.plan import derive_engine_env, detect_engine_hardware
 from warmstart.settings import from_env
 from warmstart.store.layout import CacheDirs, VolumeLayout, engine_env
 from warmstart.vllm.engine import engine_command, free_port

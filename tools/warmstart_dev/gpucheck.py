@@ -45,7 +45,8 @@ from warmstart.hardware import (
 )
 from warmstart.store.layout import CacheDirs
 from warmstart.tree import TreeScan, scan_tree
-from warmstart.vllm.evidence import LogEvidence, layer_statuses
+from warmstart.vllm.evidence import layer_statuses
+from warmstart.vllm.phases import LogEvidence
 
 DEADLINE_S = 270.0  # the whole check; `make gpu-check` must finish in under 5 minutes
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from warmstart.s3url import parse_s3_url
-from warmstart.store.s3 import S3Store, make_client
+from warmstart.store.s3 import S3Store
+from warmstart.store.s3client import make_client
 from warmstart.store.staged import execute_publish, plan_publish, restore
 
 from .s3server import moto_server, s3rver_server

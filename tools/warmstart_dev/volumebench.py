@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmstart.store.staged import StagedStore, execute_publish, plan_publish, restore
+from warmstart.store.folder import StagedStore
+from warmstart.store.staged import execute_publish, plan_publish, restore
 
 from .slowfs import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS, mounted
 

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmstart.boot import derive_engine_env, detect_engine_hardware
 from warmstart.model import resolve
+from warmstart.plan import derive_engine_env, detect_engine_hardware
 from warmstart.settings import from_env
 from warmstart.store.layout import CacheDirs, VolumeLayout, engine_env
 from warmstart.vllm.engine import EngineProcess, LogLine, engine_command, free_port

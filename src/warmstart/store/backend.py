@@ -14,11 +14,13 @@ the key's staged root and keep the volume's layout in every store:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from .bundle import BundleRef, Generation, StoreError, gen_name
@@ -27,6 +29,24 @@ GENERATIONS = "generations"
 BUNDLES = "bundles"
 READERS = "readers"
 LEASE = "publish.lease"
+
+log = logging.getLogger("warmstart")
+
+
+def step(name: str) -> None:
+    """A named point of a publish or restore, for tests that must prove where a kill landed.
+
+    Inert unless WARMSTART_TEST_STEPS=1: then each step is logged (`warmstart | step | NAME`),
+    and the step named by WARMSTART_TEST_PAUSE_AT waits there until the file named by
+    WARMSTART_TEST_RESUME exists, so a test can kill, unmount or race at exactly that point.
+    """
+    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
+        return
+    log.info("warmstart | step     | %s", name)
+    if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
+        resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
+        while not resume.exists():
+            time.sleep(0.05)
 
 
 def lease_payload(holder: str, ttl_s: float) -> dict[str, Any]:
@@ -88,7 +108,7 @@ class BundleWriter(ABC):
 
 
 class BundleStore(ABC):
-    """One key's staged store. Subclasses: `staged.StagedStore` (a folder), `s3.S3Store`."""
+    """One key's staged store. Subclasses: `folder.StagedStore` (a folder), `s3.S3Store`."""
 
     kind: str = "store"  # "volume" or "s3": where a restore came from, in logs and reports
 

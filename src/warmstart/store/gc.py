@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from ..limits import LEASE_TTL_S
+from .booting import read_boot_markers
 from .layout import VolumeLayout
-from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, read_boot_markers, scan_key
+from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, scan_key
 
 DAY_S = 86400.0
 
@@ -209,7 +210,8 @@ def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[
 
 
 def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage | None:
-    from .staged import StagedStore, collect_garbage
+    from .folder import StagedStore
+    from .staged import collect_garbage
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():
@@ -230,7 +232,8 @@ def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage 
 
 def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
     """The staged store's own collector, under the key's publish lease (skipped while a publisher holds it)."""
-    from .staged import PublishLease, StagedStore, collect_garbage, worker_id
+    from .folder import PublishLease, StagedStore
+    from .staged import collect_garbage, worker_id
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():

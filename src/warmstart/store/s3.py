@@ -23,15 +23,11 @@ no DeleteObjects, no presigned URLs, listing slow beyond 10k objects):
   documents neither conditional header (its compatibility table lists PutObject without
   them), so on Runpod the probe decides, and the lease path is the one to expect.
 
-boto3 is the client; credentials come from its standard chain (AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, profiles), are never read, logged or stored here.
-Timeouts and retries are bounded so that an unreachable endpoint costs a boot seconds.
+boto3 is the client (`store.s3client`: its timeouts, retries and what its failures mean).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import os
@@ -39,8 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -48,71 +43,25 @@ from typing import Any, BinaryIO
 from ..s3url import S3Url, parse_s3_url
 from .backend import GENERATIONS, LEASE, BundleStore, BundleWriter, Lease, lease_expired, lease_payload
 from .bundle import CHUNK, BundleRef, StoreError, StoreUnavailable, bundle_name, gen_name
+from .s3client import (
+    GET_WORKERS,
+    PUT_WORKERS,
+    call,
+    content_md5,
+    in_order,
+    make_client,
+    precondition_failed,
+)
 
 log = logging.getLogger("warmstart")
+
 
 MIB = 1024 * 1024
 PART_SIZE = 64 * MIB  # Runpod: parts up to 500 MB; AWS: at least 5 MiB
 MULTIPART_THRESHOLD = 256 * MIB  # Runpod: a single PUT must stay below 500 MB
 RANGE_SIZE = 8 * MIB
-GET_WORKERS = 8
-PUT_WORKERS = 4
-CONNECT_TIMEOUT_S = 2.0
-READ_TIMEOUT_S = 30.0
-MAX_ATTEMPTS = 2  # the first try and one retry: an unreachable endpoint must not hold a boot for long
 LEASE_SETTLE_S = 1.0  # read-after-write lease: how long a writer waits before reading back
 PROBE = ".warmstart-conditional-probe"
-
-_UNREACHABLE = (
-    "EndpointConnectionError",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "ConnectionClosedError",
-    "ProxyConnectionError",
-    "SSLError",
-)
-_REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
-_MISSING = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
-_PRECONDITION = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
-
-
-def make_client(endpoint_url: str | None, region: str | None, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
-    """A boto3 S3 client with bounded timeouts and retries, path-style for custom endpoints.
-
-    Checksums are computed only where an operation requires them: several S3-compatible
-    stores reject the CRC trailers boto3 >= 1.36 adds by default. Integrity is ours anyway:
-    Content-MD5 on every upload, the bundle's SHA-256 on every restore.
-    """
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        connect_timeout=connect_timeout_s,
-        read_timeout=READ_TIMEOUT_S,
-        retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
-        max_pool_connections=GET_WORKERS + PUT_WORKERS + 4,
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-        s3={"addressing_style": "path"} if endpoint_url else {},
-    )
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
-
-
-def _code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        error = response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = str(response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-        return code or status
-    return ""
-
-
-def _status(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-    return ""
 
 
 class S3Store(BundleStore):
@@ -156,27 +105,7 @@ class S3Store(BundleStore):
 
     def call(self, operation: str, **kwargs: Any) -> Any:
         """One S3 request; botocore's failures become FileNotFoundError, StoreUnavailable or StoreError."""
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-        try:
-            return getattr(self.client, operation)(Bucket=self.bucket, **kwargs)
-        except ClientError as exc:
-            code = _code(exc)
-            if code in _MISSING or _status(exc) == "404":
-                raise FileNotFoundError(kwargs.get("Key", "")) from exc
-            if code in _REFUSED or _status(exc) == "403":
-                raise StoreUnavailable(
-                    f"S3 refused the request ({code}): check the credentials for {self.url.url}"
-                ) from exc
-            if code == "NoSuchBucket":
-                raise StoreUnavailable(f"S3 bucket {self.bucket!r} does not exist") from exc
-            raise StoreError(f"S3 {operation} failed: {code or exc}") from exc
-        except NoCredentialsError as exc:
-            raise StoreUnavailable("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") from exc
-        except BotoCoreError as exc:
-            if type(exc).__name__ in _UNREACHABLE:
-                raise StoreUnavailable(f"S3 endpoint unreachable: {type(exc).__name__}") from exc
-            raise StoreUnavailable(f"S3 request failed: {type(exc).__name__}") from exc
+        return call(self.client, self.bucket, operation, url=self.url.url, **kwargs)
 
     # ------------------------------------------------------------------ BundleStore
 
@@ -208,7 +137,7 @@ class S3Store(BundleStore):
         return self.call("get_object", Key=self._key(rel))["Body"].read()
 
     def write(self, rel: str, data: bytes) -> None:
-        self.call("put_object", Key=self._key(rel), Body=data, ContentMD5=_md5(data))
+        self.call("put_object", Key=self._key(rel), Body=data, ContentMD5=content_md5(data))
 
     def exists(self, rel: str) -> bool:
         try:
@@ -244,7 +173,7 @@ class S3Store(BundleStore):
                 except StoreUnavailable:
                     raise  # nothing learnt: probe again next time
                 except StoreError as exc:
-                    self._conditional = _code(exc.__cause__ or exc) in _PRECONDITION
+                    self._conditional = precondition_failed(exc)
                 log.info(
                     "warmstart | s3       | %s: %s",
                     self.url.url,
@@ -256,9 +185,9 @@ class S3Store(BundleStore):
 
     def _put_if_absent(self, rel: str, data: bytes) -> bool:
         try:
-            self.call("put_object", Key=self._key(rel), Body=data, ContentMD5=_md5(data), IfNoneMatch="*")
+            self.call("put_object", Key=self._key(rel), Body=data, ContentMD5=content_md5(data), IfNoneMatch="*")
         except StoreError as exc:
-            if _code(exc.__cause__ or exc) in _PRECONDITION:
+            if precondition_failed(exc):
                 return False
             raise
         return True
@@ -303,7 +232,7 @@ class S3Store(BundleStore):
 
         if not ranges:
             return iter(())
-        return _in_order(fetch, ranges, self.get_workers)
+        return in_order(fetch, ranges, self.get_workers)
 
     def bundle_writer(self) -> BundleWriter:
         return _S3BundleWriter(self)
@@ -319,37 +248,6 @@ class S3Store(BundleStore):
 
     def lease(self, holder: str, ttl_s: float) -> Lease:
         return S3Lease(self, holder, ttl_s)
-
-
-def _in_order(
-    fetch: Callable[[tuple[int, int]], bytes], ranges: list[tuple[int, int]], workers: int
-) -> Iterator[bytes]:
-    pending = iter(ranges)
-    with ThreadPoolExecutor(max_workers=min(workers, len(ranges)), thread_name_prefix="s3-get") as pool:
-        window = deque(pool.submit(fetch, span) for span in _take(pending, 2 * workers))
-        try:
-            while window:
-                data = window.popleft().result()
-                for span in _take(pending, 1):
-                    window.append(pool.submit(fetch, span))
-                yield data
-        finally:
-            for future in window:
-                future.cancel()
-
-
-def _take(it: Iterator[tuple[int, int]], n: int) -> list[tuple[int, int]]:
-    out = []
-    for _ in range(n):
-        try:
-            out.append(next(it))
-        except StopIteration:
-            break
-    return out
-
-
-def _md5(data: bytes | memoryview) -> str:
-    return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
 class _S3BundleWriter(BundleWriter):
@@ -369,7 +267,7 @@ class _S3BundleWriter(BundleWriter):
         fd = self.raw.fileno()
         if size <= self.store.multipart_threshold:
             data = os.pread(fd, size, 0)
-            self.store.call("put_object", Key=key, Body=data, ContentMD5=_md5(data), Metadata={"sha256": sha256})
+            self.store.call("put_object", Key=key, Body=data, ContentMD5=content_md5(data), Metadata={"sha256": sha256})
         else:
             self._multipart(key, fd, size, sha256)
         head = self.store.call("head_object", Key=key)
@@ -390,7 +288,7 @@ class _S3BundleWriter(BundleWriter):
             number, start, length = span
             data = os.pread(fd, length, start)
             response = store.call(
-                "upload_part", Key=key, UploadId=upload_id, PartNumber=number, Body=data, ContentMD5=_md5(data)
+                "upload_part", Key=key, UploadId=upload_id, PartNumber=number, Body=data, ContentMD5=content_md5(data)
             )
             return {"PartNumber": number, "ETag": response["ETag"]}
 
@@ -455,7 +353,7 @@ class S3Lease(Lease):
                 elif not self.store._put_if_absent(LEASE, payload):
                     return False
             except StoreError as exc:
-                if _code(exc.__cause__ or exc) in _PRECONDITION:
+                if precondition_failed(exc):
                     return False
                 raise
             self.held = True

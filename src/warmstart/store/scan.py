@@ -7,17 +7,12 @@ It never changes anything, so `warmstart ls` is safe on a volume that workers ar
 damaged entry (an unreadable manifest, a bad history line, a corrupt HF repo) becomes a
 warning on the scan and the scan goes on: one bad key must not hide the others.
 
-Boots in progress are recorded by `boot.py` as one small file per boot under
-`<volume>/warmstart/booting/<worker>.json` (`{"key", "host", "pid", "expires"}`), written
-before the boot touches the key's directory and removed when its report is recorded. It
-lives outside the key directory on purpose: `gc` moves a whole key directory aside in one
-rename, and the marker must survive that to be seen by the re-check after it (gc.py).
+Boots in progress are read from their markers (`store.booting`).
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..tree import scan_tree
-from .history import parse_boot_lines, read_json, write_json_atomic
+from .booting import BootMarker, read_boot_markers
+from .folder import PublishLease, StagedStore
+from .history import parse_boot_lines, read_json
 from .layout import VolumeLayout
 
-BOOTING_DIR = "booting"
 TRASH_DIR = "trash"
+
 
 # Runpod network volumes: $0.07 per GB per month for the first 1 TB, $0.05 above
 # (https://docs.runpod.io/get-started/billing-information, "Network volume billing").
@@ -62,76 +59,6 @@ def price_from_env(env: Mapping[str, str]) -> float | None:
     if value < 0:
         raise ValueError(f"WARMSTART_VOLUME_PRICE_GB_MONTH={raw!r}: must not be negative")
     return value
-
-
-# --------------------------------------------------------------------------- boots in progress
-
-
-@dataclass(frozen=True)
-class BootMarker:
-    """A boot in progress: written before the boot touches its key, removed once it is recorded."""
-
-    path: Path
-    key: str
-    host: str
-    pid: int
-    expires: float
-
-    def live(self, at: float | None = None) -> bool:
-        """Not expired, and (on this machine) its process still runs."""
-        if self.expires < (time.time() if at is None else at):
-            return False
-        if self.host == socket.gethostname():
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-        return True
-
-
-def booting_dir(layout: VolumeLayout) -> Path:
-    return layout.warmstart_dir / BOOTING_DIR
-
-
-def write_boot_marker(
-    layout: VolumeLayout, key: str, worker: str, ttl_s: float, *, model: str | None = None, revision: str | None = None
-) -> Path:
-    """Say on the volume that `worker` is booting `key` (from that model snapshot) until `ttl_s`
-    from now. Atomic: a half-written marker would protect nothing."""
-    path = booting_dir(layout) / f"{worker}.json"
-    data = {"key": key, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
-    write_json_atomic(path, {**data, "model": model, "revision": revision})
-    return path
-
-
-def read_boot_markers(layout: VolumeLayout, warnings: list[str] | None = None) -> list[BootMarker]:
-    markers = []
-    directory = booting_dir(layout)
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return []
-    for name in names:
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        data = read_json(directory / name)
-        try:
-            assert isinstance(data, dict)
-            markers.append(
-                BootMarker(
-                    directory / name, str(data["key"]), str(data["host"]), int(data["pid"]), float(data["expires"])
-                )
-            )
-        except (AssertionError, KeyError, TypeError, ValueError):
-            if warnings is not None:
-                warnings.append(f"{directory / name}: unreadable boot marker (ignored)")
-    return markers
-
-
-def live_boot_keys(layout: VolumeLayout) -> set[str]:
-    return {m.key for m in read_boot_markers(layout) if m.live()}
 
 
 # --------------------------------------------------------------------------- keys
@@ -252,9 +179,6 @@ def _generation_count(path: Path) -> int:
 
 def _staged_in_use(path: Path, at: float) -> list[str]:
     """A live publish lease or restore registration under the key's staged store."""
-    # Imported here: staged imports evidence, which scan does not otherwise need.
-    from .staged import PublishLease, StagedStore
-
     store = StagedStore(path / "staged")
     reasons = []
     if store.lease_path.exists() and PublishLease(store, "scan").is_live():

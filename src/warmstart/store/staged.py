@@ -4,7 +4,7 @@ Writing compilers' thousands of small files straight onto a network volume is sl
 read (a round trip per open and stat) and unsafe when several workers boot cold at once.
 In staged mode a store holds, per key, immutable *bundles* (tar files) and *generations*
 (JSON indexes naming the bundles and every file in them); the format is `store.bundle`.
-On the volume:
+On the volume (`store.folder`):
 
     <key_dir>/staged/
         bundles/<sha256 prefix>-<id>.tar    written as .tmp-*, verified, then renamed
@@ -33,7 +33,6 @@ Like huggingface_hub's cache manager, each operation is a scan, then a plan, the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -41,234 +40,41 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from ..limits import LEASE_TTL_S
 from ..tree import scan_tree
 from .backend import (
     BUNDLES,
     GENERATIONS,
-    LEASE,
     READERS,
     BundleStore,
-    BundleWriter,
-    Lease,
-    lease_expired,
-    lease_payload,
+    step,
 )
 from .bundle import (
-    CHUNK,
     BundleRef,
     FileEntry,
     Generation,
     StoreError,
     StoreUnavailable,
-    bundle_name,
     extract_bundle,
-    file_chunks,
     gen_name,
-    iter_tar,
     layer_of,
     now,
     pack_bundle,
     per_layer,
-    safe_relpath,
 )
-from .history import write_json_atomic
 
 log = logging.getLogger("warmstart")
 
 KEEP_GENERATIONS = 2
 MAX_BUNDLES = 8  # more deltas than this and the next publish writes one full bundle
 
-__all__ = [  # the format, re-exported for callers that knew it here
-    "CHUNK",
-    "BundleRef",
-    "FileEntry",
-    "Generation",
-    "StoreError",
-    "StoreUnavailable",
-    "iter_tar",
-    "safe_relpath",
-]
-
-
-def step(name: str) -> None:
-    """A named point of a publish or restore, for tests that must prove where a kill landed.
-
-    Inert unless WARMSTART_TEST_STEPS=1: then each step is logged (`warmstart | step | NAME`),
-    and the step named by WARMSTART_TEST_PAUSE_AT waits there until the file named by
-    WARMSTART_TEST_RESUME exists, so a test can kill, unmount or race at exactly that point.
-    """
-    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
-        return
-    log.info("warmstart | step     | %s", name)
-    if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
-        resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
-        while not resume.exists():
-            time.sleep(0.05)
-
 
 def worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------- the volume's folder
-
-
-@dataclass(frozen=True)
-class StagedStore(BundleStore):
-    """The staged part of one key's directory on the volume."""
-
-    root: Path
-    kind = "volume"
-
-    @property
-    def location(self) -> str:
-        return str(self.root)
-
-    @property
-    def bundles(self) -> Path:
-        return self.root / BUNDLES
-
-    @property
-    def generations_dir(self) -> Path:
-        return self.root / GENERATIONS
-
-    @property
-    def readers(self) -> Path:
-        return self.root / READERS
-
-    @property
-    def lease_path(self) -> Path:
-        return self.root / LEASE
-
-    def create(self) -> None:
-        for path in (self.bundles, self.generations_dir, self.readers):
-            path.mkdir(parents=True, exist_ok=True)
-
-    def names(self, folder: str) -> dict[str, float]:
-        t = now()
-        out = {}
-        try:
-            entries = list(os.scandir(self.root / folder))
-        except OSError:
-            return {}
-        for entry in entries:
-            try:
-                out[entry.name] = t - entry.stat().st_mtime
-            except OSError:
-                continue
-        return out
-
-    def read(self, rel: str) -> bytes:
-        return (self.root / rel).read_bytes()
-
-    def write(self, rel: str, data: bytes) -> None:
-        write_json_atomic(self.root / rel, json.loads(data))
-
-    def exists(self, rel: str) -> bool:
-        return (self.root / rel).exists()
-
-    def remove(self, rel: str) -> None:
-        try:
-            (self.root / rel).unlink()
-        except FileNotFoundError:
-            pass
-
-    def create_generation(self, number: int, data: bytes) -> bool:
-        tmp = self.generations_dir / f".tmp-{uuid.uuid4().hex}.json"
-        try:
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            step("publish:generation_tmp_written")
-            os.link(tmp, self.generations_dir / gen_name(number))
-        except BaseException as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            if isinstance(exc, FileExistsError):
-                return False  # that number is someone else's
-            raise
-        step("publish:generation_linked")
-        os.unlink(tmp)
-        _fsync_dir(self.generations_dir)
-        return True
-
-    def bundle_chunks(self, ref: BundleRef) -> Iterator[bytes]:
-        path = self.bundles / ref.name
-        if not path.is_file():
-            raise StoreError(f"bundle {ref.name} is missing", ref.name)
-        return file_chunks(path)
-
-    def bundle_writer(self) -> BundleWriter:
-        return _FolderBundleWriter(self)
-
-    def abandoned(self, ttl_s: float) -> list[str]:
-        return [
-            f"{folder}/{name}"
-            for folder in (BUNDLES, GENERATIONS)
-            for name, age in self.names(folder).items()
-            if name.startswith(".tmp-") and age > ttl_s
-        ]
-
-    def lease(self, holder: str, ttl_s: float) -> Lease:
-        return PublishLease(self, holder, ttl_s=ttl_s)
-
-
-class _FolderBundleWriter(BundleWriter):
-    """bundles/.tmp-*, fsynced, read back and hashed again, then renamed to its final name."""
-
-    def __init__(self, store: StagedStore) -> None:
-        self.store = store
-        self.tmp = store.bundles / f".tmp-{uuid.uuid4().hex}.tar"
-        self.sink: BinaryIO = open(self.tmp, "wb", buffering=CHUNK)
-
-    def commit(self, size: int, sha256: str, files: int) -> BundleRef:
-        self.sink.flush()
-        os.fsync(self.sink.fileno())
-        self.sink.close()
-        step("publish:bundle_tmp_written")
-        check = hashlib.sha256()
-        read = 0
-        for chunk in file_chunks(self.tmp):
-            check.update(chunk)
-            read += len(chunk)
-        if read != size or check.hexdigest() != sha256:
-            raise StoreError(f"bundle verification failed after writing ({read} of {size} bytes read back)")
-        name = bundle_name(sha256, uuid.uuid4().hex)
-        os.rename(self.tmp, self.store.bundles / name)
-        step("publish:bundle_renamed")
-        return BundleRef(name, sha256, size, files)
-
-    def abort(self) -> None:
-        try:
-            self.sink.close()  # flushes what is buffered: fails again on a full volume
-        except OSError:
-            pass
-        try:
-            self.tmp.unlink()
-        except OSError:
-            pass
 
 
 # --------------------------------------------------------------------------- restore
@@ -373,79 +179,6 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
     return RestoreResult(None, 0, 0, time.monotonic() - start, {}, tuple(problems), tuple(bad), store.kind, unavailable)
-
-
-# --------------------------------------------------------------------------- the lease
-
-
-@dataclass
-class PublishLease(Lease):
-    """Who may publish. A file created exclusively; a holder that died loses it at expiry."""
-
-    store: StagedStore
-    holder: str
-    ttl_s: float = LEASE_TTL_S
-    held: bool = False
-
-    def _read(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.store.lease_path.read_text())
-            return data if isinstance(data, dict) else None
-        except (OSError, ValueError):
-            return None
-
-    def _stale(self, data: dict[str, Any] | None) -> bool:
-        if data is None:  # unreadable: stale once old enough to not be mid-write
-            try:
-                return now() - self.store.lease_path.stat().st_mtime > 5.0
-            except OSError:
-                return True
-        return lease_expired(data)
-
-    def is_live(self) -> bool:
-        """Someone holds the lease now: it exists and has neither expired nor lost its process."""
-        if not self.store.lease_path.exists():
-            return False
-        return not self._stale(self._read())
-
-    def try_acquire(self) -> bool:
-        self.store.root.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps(lease_payload(self.holder, self.ttl_s))
-        for _ in range(2):
-            try:
-                fd = os.open(self.store.lease_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                if not self._stale(self._read()):
-                    return False
-                # Take a stale lease over: only one renamer wins the old file.
-                grave = self.store.root / f".lease-stale-{self.holder}"
-                try:
-                    os.rename(self.store.lease_path, grave)
-                    os.unlink(grave)
-                except FileNotFoundError:
-                    pass
-                continue
-            with os.fdopen(fd, "w") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-            self.held = True
-            return True
-        return False
-
-    def current_holder(self) -> str | None:
-        return str((self._read() or {}).get("holder", "")) or None
-
-    def release(self) -> None:
-        if not self.held:
-            return
-        data = self._read()
-        if data is not None and data.get("holder") == self.holder:
-            try:
-                self.store.lease_path.unlink()
-            except OSError:
-                pass
-        self.held = False
 
 
 # --------------------------------------------------------------------------- publish

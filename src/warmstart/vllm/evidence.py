@@ -21,10 +21,7 @@ from typing import Any
 
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..weights import describe as weights_line
-from .logformats import MarkerSpec
-from .phases import PHASES, LogEvidence, Marker, compute_phases, phase_details
-
-__all__ = ["PHASES", "LogEvidence", "Marker", "MarkerSpec", "compute_phases", "phase_details"]
+from .phases import LogEvidence, compute_phases, phase_details
 
 # Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
 # each is reported on its own so a layer is never `unused` while files were added to it.

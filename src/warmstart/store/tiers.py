@@ -1,0 +1,185 @@
+"""The staged tiers of one boot: restore from the nearest that has a generation, publish to each.
+
+A boot has up to two tiers, nearest first: the key's store on the volume (the next worker in this
+datacenter reads it) and the S3 store (shared by every datacenter). Restore walks them in order and
+stops at the first intact generation; every tier's problems are kept, and the bundles a tier served
+broken are never referenced by this boot's publish to that tier. Publish writes to each tier what
+its generation lacks. Both log one line per tier and return frozen results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .backend import BundleStore
+from .folder import StagedStore
+from .staged import PublishResult, RestoreResult, publish, restore
+
+log = logging.getLogger("warmstart")
+
+
+def _stage(name: str, message: str, *args: object) -> None:
+    log.info("warmstart | %-8s | " + message, name, *args)
+
+
+@dataclass(frozen=True)
+class TierRestore:
+    """What restoring from the tiers gave: the result of the tier it came from (or the last tried)."""
+
+    result: RestoreResult | None = None
+    problems: tuple[str, ...] = ()  # every tier's, prefixed with the tier
+    bad_bundles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
+
+    @property
+    def restored(self) -> bool:
+        return self.result is not None and self.result.restored
+
+
+def restore_tiers(tiers: Sequence[BundleStore], dest: Path, *, reader: str, ttl_s: float) -> TierRestore:
+    """Replace `dest` with the newest intact generation of the nearest tier that has one. One
+    restored from S3 reaches the volume with the volume's publish: it lacks a generation, so that
+    publish writes all of it."""
+    problems: list[str] = []
+    bad: dict[str, tuple[str, ...]] = {}
+    result = None
+    for tier in tiers:
+        result = restore(tier, dest, reader=reader, ttl_s=ttl_s)
+        problems += [f"{tier.kind}: {p}" for p in result.problems]
+        bad[tier.kind] = result.bad_bundles
+        if result.unavailable:
+            log.warning(
+                "warmstart | restore  | %s store unavailable, going on without it: %s",
+                tier.kind,
+                "; ".join(result.problems),
+            )
+        else:
+            for problem in result.problems:
+                log.warning("warmstart | restore  | skipped in the %s store: %s", tier.kind, problem)
+        if result.restored:
+            _stage(
+                "restore",
+                "generation %d: %d files (%.1f MB) in %.2f s from the %s store %s",
+                result.generation,
+                result.files,
+                result.bytes / 1e6,
+                result.seconds,
+                tier.kind,
+                tier.location,
+            )
+            break
+        last = tier is tiers[-1]
+        if result.problems:
+            _stage(
+                "restore",
+                "nothing could be restored from the %s store %s (%d problem(s) above)%s",
+                tier.kind,
+                tier.location,
+                len(result.problems),
+                ": starting cold" if last else "",
+            )
+        else:
+            _stage(
+                "restore",
+                "no generation to restore in the %s store %s%s",
+                tier.kind,
+                tier.location,
+                ": starting cold" if last else "",
+            )
+    return TierRestore(result, tuple(problems), bad)
+
+
+@dataclass(frozen=True)
+class TierPublish:
+    """One publish result per tier, in the tiers' order (nearest first)."""
+
+    kinds: tuple[str, ...] = ()  # each tier's kind ("volume", "s3"): one tier of each at most
+    results: tuple[PublishResult, ...] = ()
+
+    def items(self) -> tuple[tuple[str, PublishResult], ...]:
+        return tuple(zip(self.kinds, self.results, strict=True))
+
+    def of(self, kind: str) -> PublishResult | None:
+        """The result of the tier of `kind`, if this boot published to one."""
+        return dict(self.items()).get(kind)
+
+    @property
+    def first(self) -> PublishResult | None:
+        """The nearest tier's: the volume's, or with no volume the S3 store's."""
+        return self.results[0] if self.results else None
+
+
+def publish_tiers(
+    tiers: Sequence[BundleStore],
+    local: Path,
+    *,
+    publisher: str,
+    lease_wait_s: float,
+    lease_ttl_s: float,
+    distrust: Mapping[str, tuple[str, ...]] | None = None,
+    blocked: str | None = None,
+) -> TierPublish:
+    """Publish what `local` holds that each tier's generation lacks, the volume first. `blocked`:
+    why the volume may not be written (said once already, in the volume line)."""
+    results = tuple(
+        publish_tier(
+            tier,
+            local,
+            publisher=publisher,
+            lease_wait_s=lease_wait_s,
+            lease_ttl_s=lease_ttl_s,
+            distrust=(distrust or {}).get(tier.kind, ()),
+            blocked=blocked,
+        )
+        for tier in tiers
+    )
+    return TierPublish(tuple(tier.kind for tier in tiers), results)
+
+
+def publish_tier(
+    tier: BundleStore,
+    local: Path,
+    *,
+    publisher: str,
+    lease_wait_s: float,
+    lease_ttl_s: float,
+    distrust: tuple[str, ...] = (),
+    blocked: str | None = None,
+) -> PublishResult:
+    if isinstance(tier, StagedStore):
+        if blocked is not None:
+            result = PublishResult("skipped", detail=f"{blocked}: nothing published")
+            _stage("publish", "%s skipped: %s", tier.kind, result.detail)
+            return result
+        key_dir = tier.root.parent
+        if not key_dir.is_dir():
+            # The volume went away after the boot began (unmounted, or the key's directory was
+            # removed): publishing would recreate the tree on whatever is at that path now.
+            result = PublishResult(
+                "skipped",
+                detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
+            )
+            log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
+            return result
+    _stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
+    result = publish(
+        tier, local, publisher=publisher, lease_wait_s=lease_wait_s, lease_ttl_s=lease_ttl_s, distrust=distrust
+    )
+    if result.status == "published":
+        _stage(
+            "publish",
+            "%s generation %d: %d files (%.1f MB) in %.2f s (%s)",
+            tier.kind,
+            result.generation,
+            result.files,
+            result.bytes / 1e6,
+            result.seconds,
+            result.detail,
+        )
+    elif result.status == "failed":
+        log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
+    else:
+        _stage("publish", "%s %s: %s", tier.kind, result.status, result.detail)
+    return result

