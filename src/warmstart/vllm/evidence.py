@@ -23,6 +23,7 @@ from ..weights import describe as weights_line
 from .logformats import MarkerSpec
 from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status
 from .phases import PHASES, LogEvidence, Marker, compute_phases, earliest, phase_details
+from .releases import release_note
 
 __all__ = ["PHASES", "LogEvidence", "Marker", "MarkerSpec", "compute_phases", "phase_details"]
 
@@ -506,6 +507,8 @@ def report_from_log(lines: Iterable[str], year: int | None = None) -> BootReport
     jit_count, jit_kernels = compiled_while_serving(ev)
     engine = ev.first("engine_init")
     warnings = log_warnings(ev) + ([] if span is not None else ["the log holds no vLLM timestamps"])
+    if note := release_note(engine.groups[0] if engine else None):
+        warnings.append(note)
     return BootReport(
         key=None,
         key_dir=None,
