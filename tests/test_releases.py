@@ -101,3 +101,41 @@ def test_an_unknown_release_is_read_with_the_nearest_table_and_the_report_says_s
     assert release_note("0.33.0") is None
     assert release_note(None) is None
     assert "nearest release's (cuda-0.27.1)" in (release_note("0.26.0") or "")
+
+
+# --------------------------------------------------------------------------- images.py: each release's Dockerfile
+
+SDISTS = WHEELS / "sdist"
+
+
+def dockerfile(release: str) -> str:
+    """docker/Dockerfile of a release's sdist, cached under SDISTS. `pip download vllm==X --no-binary :all:`
+    prepares vLLM's metadata before it saves the file, which needs vLLM's own build environment (torch,
+    setuptools-rust); where the sdist is not cached, the test says how to fetch it rather than failing."""
+    path = SDISTS / f"vllm-{release}.tar.gz"
+    if not path.exists():
+        pytest.skip(
+            f"{path} not cached: fetch it with `pip download 'vllm @ <the vllm-{release}.tar.gz URL PyPI lists>' "
+            "--no-deps --no-build-isolation` from an environment that has torch and setuptools-rust"
+        )
+    import tarfile
+
+    with tarfile.open(path) as tar:
+        member = tar.extractfile(f"vllm-{release}/docker/Dockerfile")
+        assert member is not None
+        return member.read().decode()
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_image_cuda_is_read_from_each_releases_dockerfile(release):
+    from warmstart.images import VLLM_IMAGES
+
+    text = dockerfile(release)
+    args = dict(line[4:].split("=", 1) for line in text.splitlines() if line.startswith("ARG ") and "=" in line)
+    major, minor = args["CUDA_VERSION"].split(".")[:2]
+    image = VLLM_IMAGES[f"v{release}"]
+    assert image.cuda == f"{major}.{minor}"
+    assert f"CUDA_VERSION={args['CUDA_VERSION']}" in image.source
+    assert f"UBUNTU_VERSION={args['UBUNTU_VERSION']}" in image.source
+    assert args["FINAL_BASE_IMAGE"] == "nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}"
+    assert "ENV VLLM_ENABLE_CUDA_COMPATIBILITY=0" in text  # no forward compatibility: the host driver decides
