@@ -75,7 +75,7 @@ _PLAN = "v1/worker/startup_plan.py"
 _JIT = "utils/jit_monitor.py"
 
 # Lines other projects print into vLLM's output; no vLLM source holds them, so no source check reads them.
-EXTERNAL_SOURCES = frozenset({"uvicorn", "flashinfer"})
+EXTERNAL_SOURCES = frozenset({"uvicorn", "flashinfer", "tqdm"})
 
 # Printed by every build (engine, API server, loader, compile cache, KV cache).
 COMMON: tuple[MarkerSpec, ...] = (
@@ -201,8 +201,10 @@ CUDA_RUNNER: tuple[MarkerSpec, ...] = (
 )
 
 # FlashInfer's own logger, nested after vLLM's prefix in the same output (flashinfer/autotuner.py), and its
-# tqdm bar while it tunes; both print whether or not vLLM's kernel_warmup.py says anything.
+# tqdm bar while it tunes; both print whether or not vLLM's kernel_warmup.py says anything. Also the end of
+# the tqdm bar of vLLM's DeepGEMM warm-up (model_executor/warmup/deep_gemm_warmup.py), which states its time.
 FLASHINFER: tuple[MarkerSpec, ...] = (
+    _m("deep_gemm_done", "tqdm", "DeepGEMM warmup: 100%%|%s| %d/%d [%s<%s]"),  # the finished bar, its elapsed time
     _m("fi_autotune_begin", "flashinfer", "[Autotuner]: Autotuning process starts ..."),
     _m("fi_autotune_end", "flashinfer", "[Autotuner]: Autotuning process ends"),
     _m("fi_tuning", "flashinfer", "[AutoTuner]: Tuning %s: "),
@@ -223,6 +225,7 @@ OLDER: tuple[MarkerSpec, ...] = (
     _m("graph_loaded", _BACKENDS, "%sDirectly load the compiled graph(s) for shape %s from the cache, took %.3f s"),
     _m("aot_saved", _DECORATORS, "%ssaving AOT compiled function to %s"),  # became "saved AOT compiled function to"
     _m("server_start", "entrypoints/openai/api_server.py", "Starting vLLM API server %d on %s"),
+    _m("kv_size", "v1/core/kv_cache_utils.py", "GPU KV cache size: %s tokens"),  # one line with concurrency (0.30)
     _m("deep_gemm_warmup", "model_executor/warmup/deep_gemm_warmup.py", "DeepGemm(%s) warmup"),
 )
 

@@ -62,10 +62,12 @@ def flashinfer_own_status(ev: LogEvidence) -> tuple[str, str] | None:
 
 def compiled_while_serving(ev: LogEvidence) -> tuple[int | None, list[str]]:
     """Kernels vLLM JIT-compiled after warm-up: (count, kernel names). None where the log cannot tell:
-    no warning, and not both the JIT monitor's line and the server's ready line (a release before 0.19,
-    or a log cut before serving)."""
+    no warning, and no JIT monitor line or no stamped line after the server was ready (a release
+    before 0.19, or a log that ends before serving)."""
     events = ev.all("jit_during_inference")
     names = [(m.groups[2] + m.groups[3]).split(" (")[0].strip() for m in events]
-    if not events and (ev.first("jit_monitor_on") is None or ev.first("app_ready") is None):
+    ready = ev.first("app_ready")
+    served = ready is not None and ready.t is not None and bool(ev.stamps) and ev.stamps[-1] > ready.t
+    if not events and (ev.first("jit_monitor_on") is None or not served):
         return None, []
     return len(events), names

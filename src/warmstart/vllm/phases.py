@@ -56,10 +56,22 @@ PRIORITY = (
 _TIMESTAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
 # A log collector's stamp before every line: "2026-05-01 23:11:07.242 | (EngineCore pid=187) INFO ...".
 _HOST_STAMP = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?\s*\|")
-# FlashInfer's own logger inside vLLM's output: "2025-08-27 04:43:37,609 - INFO - autotuner.py:256 - ...".
+# Libraries' own loggers inside vLLM's output: FlashInfer's "2025-08-27 04:43:37,609 - INFO - autotuner.py:256 -"
+# and TileLang's "2026-08-06 20:52:40  [TileLang:tilelang.jit.kernel:INFO]".
 _LIB_STAMP = re.compile(
-    r"\b(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+    r"\b(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}))?(?: - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - | +\[\w+:)"
 )
+# tqdm's elapsed time in a finished bar: "DeepGEMM warmup: 100%|██████████| 1670/1670 [03:15<00:00,  8.55it/s]".
+_TQDM_ELAPSED = re.compile(r"(?:(\d+):)?(\d+):(\d\d)<")
+
+
+def tqdm_seconds(elapsed: str) -> float | None:
+    """tqdm's "03:15<" / "1:02:03<" -> seconds."""
+    m = _TQDM_ELAPSED.search(elapsed + "<" if not elapsed.endswith("<") else elapsed)
+    if not m:
+        return None
+    hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)
 
 
 @dataclass(frozen=True)
@@ -262,8 +274,14 @@ def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str
 
     # Warm-ups that print no figure (DeepGEMM's tqdm bar, CuTeDSL's compile units): from their first line
     # to the first stamped line after their last one, never into the graph capture.
+    # A finished DeepGEMM bar states its own elapsed time: that figure, ending where the next stamped line says.
     other = ev.all("deep_gemm_warmup", "cutedsl_warmup")
-    if jit_done is None and other and other[0].t is not None and other[-1].t is not None:
+    bar = ev.last("deep_gemm_done")
+    bar_s = tqdm_seconds(bar.groups[3]) if bar is not None and len(bar.groups) > 3 else None
+    if jit_done is None and bar is not None and bar.t is not None and bar_s is not None:
+        end = ev.next_stamp(bar.t) or bar.t
+        add("kernel_warmup", (end - bar_s, end))
+    elif jit_done is None and other and other[0].t is not None and other[-1].t is not None:
         end = ev.next_stamp(other[-1].t)
         if end is not None and capture_iv is not None and capture_iv[0] >= other[0].t:
             end = min(end, capture_iv[0])
