@@ -217,6 +217,7 @@ OLDER: tuple[MarkerSpec, ...] = (
     _m("model_loaded", "v1/worker/gpu_model_runner.py", "Model loading took %.4f GiB and %.6f seconds"),
     _m("graph_compiled", _BACKENDS, "%sCompiling a graph for general shape takes %.2f s"),
     _m("graph_compiled", _BACKENDS, "%sCompiling a graph for dynamic shape takes %.2f s"),
+    _m("graph_compiled", _BACKENDS, "%sCompiling a graph for compile range %s takes %.2fs"),  # 0.16 dev builds
     _m(
         "graph_loaded",
         _BACKENDS,
