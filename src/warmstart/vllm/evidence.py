@@ -21,11 +21,11 @@ from typing import Any
 
 from ..weights import describe as weights_line
 from .logformats import MarkerSpec
-from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status
+from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
 from .phases import PHASES, LogEvidence, Marker, compute_phases, earliest, phase_details
 from .releases import release_note
 
-__all__ = ["PHASES", "LogEvidence", "Marker", "MarkerSpec", "compute_phases", "phase_details"]
+__all__ = ["PHASES", "LogEvidence", "Marker", "MarkerSpec", "compute_phases", "log_warnings", "phase_details"]
 
 # Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
 # each is reported on its own so a layer is never `unused` while files were added to it.
@@ -294,21 +294,6 @@ def decide_verdict(caches: Mapping[str, CacheLayer]) -> str | None:
     if any(c.status == "unknown" for n, c in caches.items() if n not in INFORMATIONAL_LAYERS):
         return None  # nothing missed that the log shows, but not everything can be read: no claim
     return "warm"
-
-
-def log_warnings(ev: LogEvidence) -> list[str]:
-    """What vLLM said that the next boot will pay for."""
-    warnings = []
-    for m in ev.all("aot_save_failed"):
-        warnings.append(f"vLLM could not save its AOT compile artifact to {m.groups[0]}: the next boot compiles again")
-    for m in ev.all("hub_id_rewritten"):
-        warnings.append(
-            f"vLLM rewrote the model id {m.groups[0]} to the path {m.groups[1]} before hashing (HF_HUB_OFFLINE): "
-            "a boot that names the model the other way computes another compile hash"
-        )
-    for m in ev.all("plan_save_failed"):
-        warnings.append(f"vLLM could not save its start-up plan to {m.groups[0]}: the next boot profiles memory again")
-    return warnings
 
 
 # --------------------------------------------------------------------------- why a hit missed

@@ -1,5 +1,7 @@
 """What a log says about a cache when no marker decides it, and what vLLM compiled after it was ready.
 
+Also what vLLM said that the next boot will pay for (log_warnings).
+
 A pasted log is often a fragment, cut by the terminal or written by a release whose wording no
 table holds. evidence.py's status functions decide from the markers they know; where those say
 nothing, these functions look at what else the log holds, so that a report never claims "no
@@ -71,3 +73,18 @@ def compiled_while_serving(ev: LogEvidence) -> tuple[int | None, list[str]]:
     if not events and (ev.first("jit_monitor_on") is None or not served):
         return None, []
     return len(events), names
+
+
+def log_warnings(ev: LogEvidence) -> list[str]:
+    """What vLLM said that the next boot will pay for."""
+    warnings = []
+    for m in ev.all("aot_save_failed"):
+        warnings.append(f"vLLM could not save its AOT compile artifact to {m.groups[0]}: the next boot compiles again")
+    for m in ev.all("hub_id_rewritten"):
+        warnings.append(
+            f"vLLM rewrote the model id {m.groups[0]} to the path {m.groups[1]} before hashing (HF_HUB_OFFLINE): "
+            "a boot that names the model the other way computes another compile hash"
+        )
+    for m in ev.all("plan_save_failed"):
+        warnings.append(f"vLLM could not save its start-up plan to {m.groups[0]}: the next boot profiles memory again")
+    return warnings
