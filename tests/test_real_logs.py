@@ -107,3 +107,15 @@ def test_a_release_without_a_table_is_read_with_the_nearest_one_and_the_report_s
     ]
     r = report_from_log(lines, year=2026)
     assert any("vLLM 0.20.0 has no marker table of its own" in w and "cuda-0.27.1" in w for w in r.warnings)
+
+
+def test_timeline_shows_the_kernels_compiled_while_serving():
+    from warmstart.timeline import render_timeline
+
+    boot = report("file-0.2x-first-forward-118s-jit-serving.log").to_dict()
+    page = render_timeline([boot], title="t")
+    assert 'data-layer="compiled_while_serving" data-count="4"' in page
+    assert "4 kernel(s) JIT-compiled while serving" in page
+    assert 'data-status="unknown"' in render_timeline(
+        [report("pr16848-0.8-shape-none-load-wrapped.log").to_dict()], title="t"
+    )
