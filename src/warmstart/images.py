@@ -6,7 +6,8 @@ init on a host whose driver supports an older CUDA than the image's. Runpod filt
 by the highest CUDA version their driver supports (`allowedCudaVersions`), so the Hub files
 must allow exactly the versions at or above the image's. This table is the one place that
 says which image is which; tests/test_packaging.py checks the Dockerfile's default tag and
-.runpod/*.json against it.
+.runpod/*.json against it, and tests/test_releases.py each release's entry against that
+release's own docker/Dockerfile.
 
 Only tags read from a source are listed, each with that source. Rules (vLLM PR #39878,
 "Switch default CUDA to 13.0", first released in v0.20.0): from v0.20.0 the unsuffixed tag
@@ -26,13 +27,25 @@ class ImageCuda:
     source: str
 
 
-VLLM_IMAGES: dict[str, ImageCuda] = {
-    "v0.33.0": ImageCuda(
+def _dockerfile(release: str, ubuntu: str) -> ImageCuda:
+    """A release whose sdist's docker/Dockerfile builds on CUDA 13.0.3 (checked by tests/test_releases.py)."""
+    return ImageCuda(
         "13.0",
-        "vLLM 0.33.0 sdist docker/Dockerfile: ARG CUDA_VERSION=13.0.3, "
+        f"vLLM {release} sdist docker/Dockerfile: ARG CUDA_VERSION=13.0.3, UBUNTU_VERSION={ubuntu}, "
         "FINAL_BASE_IMAGE=nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}, "
         "ENV VLLM_ENABLE_CUDA_COMPATIBILITY=0; docker/versions.json CUDA_VERSION 13.0.3",
-    ),
+    )
+
+
+VLLM_IMAGES: dict[str, ImageCuda] = {
+    # 0.27.1 is worker-vllm's base today: where users who move to warmstart come from.
+    "v0.27.1": _dockerfile("0.27.1", "22.04"),
+    "v0.28.0": _dockerfile("0.28.0", "24.04"),
+    "v0.29.0": _dockerfile("0.29.0", "24.04"),
+    "v0.30.0": _dockerfile("0.30.0", "24.04"),
+    "v0.31.0": _dockerfile("0.31.0", "24.04"),
+    "v0.32.0": _dockerfile("0.32.0", "24.04"),
+    "v0.33.0": _dockerfile("0.33.0", "24.04"),
     "v0.20.2": ImageCuda(
         "13.0",
         "llm-d/llm-d-kv-cache PR #584: 'The plain :v0.20.2 tag now resolves to a cu130 build'; "

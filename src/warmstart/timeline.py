@@ -35,7 +35,13 @@ _FIXED_COLOURS = {
     "publish": "#577590",
 }
 _PALETTE = ("#ff6f91", "#ffc75f", "#845ec2", "#00c9a7", "#c34a36", "#4b4453", "#b0a8b9", "#0081cf")
-_STATUS_COLOURS = {"hit": "#2b9348", "miss": "#d00000", "load_failed": "#9d0208", "unused": "#adb5bd"}
+_STATUS_COLOURS = {
+    "hit": "#2b9348",
+    "miss": "#d00000",
+    "load_failed": "#9d0208",
+    "unused": "#adb5bd",
+    "unknown": "#6c757d",
+}
 _VERDICT_COLOURS = {"warm": "#2b9348", "partial": "#f48c06", "cold": "#1d4ed8"}
 
 _CSS = """
@@ -188,6 +194,13 @@ def _boot_row(index: int, boot: Mapping[str, Any], scale: float, colours: Mappin
         chips.append(
             f'<span class="chip" data-layer="{_esc(layer)}" data-status="{_esc(status)}" title="{_esc(detail)}" '
             f'style="background:{_STATUS_COLOURS.get(str(status), "#6c757d")}">{_esc(layer)} {_esc(status)}</span>'
+        )
+    jit = boot.get("compiled_while_serving")
+    if isinstance(jit, int) and not isinstance(jit, bool):
+        kernels = ", ".join(sorted(set(boot.get("compiled_kernels") or ())))
+        chips.append(
+            f'<span class="chip" data-layer="compiled_while_serving" data-count="{jit}" title="{_esc(kernels)}" '
+            f'style="background:{"#d00000" if jit else "#2b9348"}">{jit} kernel(s) JIT-compiled while serving</span>'
         )
     error = f'<div class="who">error: {_esc(boot["error"])}</div>' if boot.get("error") else ""
     return (

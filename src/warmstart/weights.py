@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# vLLM's log: loading begins (its bootstrap ends) and ends. The patterns are the marker table's
+# load_start / weights_loaded / model_loaded entries (vllm/logformats.py), every build's wording.
+from .vllm.logformats import LOAD_DONE as LOAD_DONE
+from .vllm.logformats import LOAD_START as LOAD_START
+
 log = logging.getLogger("warmstart")
 
 STREAMS = 8  # concurrent readers; vLLM's own prefetch uses 8 threads, one file each
@@ -38,14 +43,6 @@ BLOCK = 16 << 20  # bytes a stream takes at a time; vLLM's DEFAULT_SAFETENSORS_P
 READ = 1 << 20  # bytes per read call: a stop is noticed within one of them
 WEIGHT_SUFFIXES = (".safetensors",)
 FALLBACK_SUFFIXES = (".bin", ".pt")  # read by vLLM only when a snapshot has no safetensors
-
-
-# vLLM's log: loading begins (its bootstrap ends) and ends. CPU and the V1 runner log
-# "Starting to load model %s..."; CUDA's V2 runner "Loading model from scratch..."
-# (v1/worker/gpu/model_runner.py); then "Loading weights took %.2f seconds" /
-# "Model loading took %s GiB memory and %.6f seconds" (vLLM 0.33.0).
-LOAD_START = re.compile(r"Starting to load model |Loading model from scratch")
-LOAD_DONE = re.compile(r"Loading weights took |Model loading took ")
 
 
 def _natural_key(name: str) -> list[Any]:

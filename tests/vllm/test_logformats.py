@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from helpers.run import real_vllm_python
-from warmstart.vllm.logformats import ALL_MARKERS, FORMATS, format_to_regex, log_format, markers_for
+from warmstart.vllm.logformats import (
+    ALL_MARKERS,
+    EXTERNAL_SOURCES,
+    FORMATS,
+    format_to_regex,
+    log_format,
+    markers_for,
+)
 
 # In the CUDA 0.33 table but not printed by vLLM 0.32 (FlashInfer autotune logging is new in 0.33).
 NEW_IN_033 = {"autotune_start", "autotune_managed_start"}
@@ -34,7 +41,7 @@ def string_constants(path: Path) -> tuple[str, ...]:
 def missing_from(package: Path, specs) -> list[str]:
     missing = []
     for spec in specs:
-        if spec.source == "uvicorn":
+        if spec.source in EXTERNAL_SOURCES:
             continue
         path = package / spec.source
         if not path.exists() or not any(spec.fmt in s for s in string_constants(path)):

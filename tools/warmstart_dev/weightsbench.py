@@ -55,7 +55,7 @@ _SECONDS = re.compile(r"([\d.]+) seconds")
 def weights_seconds(text: str) -> float | None:
     """vLLM's own weights time from the first line of `text` that ends loading; None if none does."""
     for line in text.splitlines():
-        if (done := LOAD_DONE.search(line)) is not None and (m := _SECONDS.search(line, done.end())) is not None:
+        if (done := LOAD_DONE.search(line)) is not None and (m := _SECONDS.search(line, done.start())) is not None:
             return float(m.group(1))
     return None
 

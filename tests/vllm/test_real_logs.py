@@ -1,0 +1,121 @@
+"""The boot report on real start-up logs that users published (tests/fixtures/real/, SOURCES.md names each).
+
+For every log: the statuses its lines decide, the figures it states (compile, weights, graph capture,
+first forward, kernel warm-up, autotune), the kernels compiled while serving; and for all of them the
+report's invariants: no phase negative, none overlapping, phases plus `unaccounted_s` equal to the
+ready time, and no "no lines" claim about a cache the log has lines about.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.run import FIXTURES
+from warmstart.vllm.evidence import report_from_log
+from warmstart.vllm.logformats import HINTS
+
+REAL = FIXTURES / "real"
+EXPECTED = {k: v for k, v in json.loads((REAL / "expected.json").read_text()).items() if not k.startswith("_")}
+
+
+def report(name: str):
+    return report_from_log((REAL / name).read_text(encoding="utf-8").splitlines(), year=2026)
+
+
+def test_every_log_has_its_figures_and_a_source():
+    logs = sorted(p.name for p in REAL.glob("*.log"))
+    assert logs == sorted(EXPECTED)
+    sources = (REAL / "SOURCES.md").read_text()
+    assert all(f"`{name}`" in sources for name in logs)
+    assert len(logs) >= 15
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_report_states_what_the_log_states(name):
+    want = EXPECTED[name]
+    r = report(name)
+    for cache, status in want["caches"].items():
+        assert cache in r.caches, f"{name}: no {cache} in the report"
+        assert r.caches[cache].status == status, f"{name}: {cache} {r.caches[cache]}"
+    for phase, seconds in want["phases"].items():
+        assert r.phases[phase] == pytest.approx(seconds, abs=0.01), f"{name}: {phase} {r.phases}"
+    if "compiled_while_serving" in want:
+        assert r.compiled_while_serving == want["compiled_while_serving"]
+    assert (r.ready_s is not None) == want["ready"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_phases_never_overlap_and_add_up_to_ready(name):
+    r = report(name)
+    data = r.to_dict()
+    assert all(v is None or v >= 0 for v in r.phases.values()), r.phases
+    if r.ready_s is not None:
+        accounted = sum(v for k, v in r.phases.items() if v is not None and k != "publish")
+        assert data["unaccounted_s"] >= -0.01
+        assert accounted + data["unaccounted_s"] == pytest.approx(r.ready_s, abs=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_no_false_claim_that_a_log_lacks_cache_lines(name):
+    """A log with lines about a cache never gets `unused` for it with "no ... lines" as the reason."""
+    text = (REAL / name).read_text(encoding="utf-8")
+    r = report(name)
+    if HINTS["vllm_compile"].search(text):
+        assert r.caches["vllm_compile"].status != "unused", r.caches["vllm_compile"]
+    if HINTS["flashinfer_autotune"].search(text):
+        assert "flashinfer_autotune" in r.caches and r.caches["flashinfer_autotune"].status != "unused"
+
+
+def test_a_stated_figure_reaches_back_before_a_fragments_first_line():
+    """The fragment starts at 'Model loading took ... 1.258585 seconds': the load began before its first line,
+    and the report keeps vLLM's figure rather than cutting it at the first timestamp."""
+    r = report("issue20783-0.9-vllmworker-tp8.log")
+    assert r.phases["weights"] == pytest.approx(1.259, abs=0.001)
+
+
+def test_host_timestamps_give_the_ready_time_and_the_autotune_span():
+    r = report("file-0.20-host-timestamps-wsl-nvfp4.log")
+    # 23:11:56.528 (first line) -> 23:14:43.951 (Application startup complete), on the collector's clock
+    assert r.ready_s == pytest.approx(167.423, abs=0.001)
+    assert r.phases["autotune"] == pytest.approx(1.632, abs=0.001)  # [Autotuner] starts 16.965 -> ends 18.597
+
+
+def test_kernels_compiled_while_serving_are_counted_and_named():
+    r = report("file-0.2x-first-forward-118s-jit-serving.log")
+    assert r.compiled_while_serving == 4
+    assert "_causal_conv1d_fwd_kernel" in r.compiled_kernels
+    assert any("JIT-compiled 4 kernel(s) after warm-up" in line for line in r.lines())
+    assert r.to_dict()["compiled_kernels"][0] == "_zero_kv_blocks_kernel"
+    # A log cut at "init engine" cannot tell what serving compiled.
+    assert report("file-0.3x-v2-runner-jit-warmup-sm75.log").compiled_while_serving is None
+
+
+def test_an_unknown_status_says_why():
+    wrapped = report("pr16848-0.8-shape-none-load-wrapped.log").caches["vllm_compile"]
+    assert wrapped.status == "unknown"
+    assert "no table reads" in wrapped.detail and "Dynamo bytecode transform time" in wrapped.detail
+    stated = report("issue43009-0.2x-init-engine-to-server.log").caches["vllm_compile"]
+    assert "62.45 s of compilation" in stated.detail
+
+
+def test_a_release_without_a_table_is_read_with_the_nearest_one_and_the_report_says_so():
+    lines = [
+        "(EngineCore pid=9) INFO 05-01 21:11:40 [core.py:109] Initializing a V1 LLM engine (v0.20.0) with config: x",
+        "(EngineCore pid=9) INFO 05-01 21:12:20 [monitor.py:53] torch.compile took 45.15 s in total",
+    ]
+    r = report_from_log(lines, year=2026)
+    assert any("vLLM 0.20.0 has no marker table of its own" in w and "cuda-0.27.1" in w for w in r.warnings)
+
+
+def test_timeline_shows_the_kernels_compiled_while_serving():
+    from warmstart.timeline import render_timeline
+
+    boot = report("file-0.2x-first-forward-118s-jit-serving.log").to_dict()
+    page = render_timeline([boot], title="t")
+    assert 'data-layer="compiled_while_serving" data-count="4"' in page
+    assert "4 kernel(s) JIT-compiled while serving" in page
+    assert 'data-status="unknown"' in render_timeline(
+        [report("pr16848-0.8-shape-none-load-wrapped.log").to_dict()], title="t"
+    )

@@ -1,0 +1,141 @@
+"""Each release table holds that release's own strings: checked against the release's wheel from PyPI.
+
+The wheels (about 300 MB each) are downloaded once into a cache outside the repository that CI on
+the same machine reuses: $WARMSTART_VLLM_WHEELS, else ~/.cache/warmstart-tests/vllm/. Only the few
+source files a table names are read out of each wheel (no unpacking), so a cached run takes seconds.
+A release whose wheel is not cached and cannot be downloaded (no registry) is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from warmstart.vllm.logformats import EXTERNAL_SOURCES, log_format
+from warmstart.vllm.releases import CUDA_RELEASES, RELEASES, WORDINGS, nearest_release, release_note
+
+WHEELS = Path(os.environ.get("WARMSTART_VLLM_WHEELS") or Path.home() / ".cache" / "warmstart-tests" / "vllm")
+# vLLM's CUDA wheels are abi3 manylinux builds; asking for exactly that keeps pip from building anything.
+PLATFORM = ["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_31_x86_64"]
+ABI = ["--python-version", "312", "--implementation", "cp", "--abi", "abi3", "--abi", "cp312", "--only-binary", ":all:"]
+
+
+@cache
+def wheel(release: str) -> Path:
+    found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
+    if found:
+        return found[0]
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", f"vllm=={release}", "--no-deps", *PLATFORM, *ABI, "-d", str(WHEELS)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"vllm=={release}: the package registry did not deliver the wheel within 15 min")
+    found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
+    if done.returncode != 0 or not found:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        pytest.skip(f"vllm=={release}: the package registry cannot be reached from here ({tail[0]})")
+    return found[0]
+
+
+@cache
+def constants(release: str, source: str) -> tuple[str, ...] | None:
+    """Every string literal of `vllm/<source>` in that release (implicit concatenations joined), or None."""
+    with zipfile.ZipFile(wheel(release)) as z:
+        try:
+            text = z.read(f"vllm/{source}").decode()
+        except KeyError:
+            return None
+    tree = ast.parse(text)
+    return tuple(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_release_table_strings_are_in_that_release(release):
+    """Every marker of a release's table is a string in that release's file named beside it."""
+    missing = []
+    for spec in CUDA_RELEASES[release].markers:
+        if spec.source in EXTERNAL_SOURCES:
+            continue
+        found = constants(release, spec.source)
+        if found is None or not any(spec.fmt in s for s in found):
+            missing.append(f"{spec.name}: {spec.source}: {spec.fmt!r}")
+    assert missing == []
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_changed_wording_is_absent_where_the_table_says(release):
+    """A wording the table gives to other releases only is not in this release's file: the changes are real."""
+    present = []
+    own = {(s.name, s.fmt, s.source) for s in CUDA_RELEASES[release].markers}
+    for w in WORDINGS:
+        spec = w.spec
+        if w.covers(release) or (spec.name, spec.fmt, spec.source) in own or spec.source in EXTERNAL_SOURCES:
+            continue
+        found = constants(release, spec.source) or ()
+        # An untagged wording is a substring of the tagged one: only a whole literal counts as present then.
+        if any(s == spec.fmt or (spec.fmt in s and not s.endswith(spec.fmt)) for s in found):
+            present.append(f"{spec.name}: {spec.source}: {spec.fmt!r} (table: {w.since}..{w.until})")
+    assert present == []
+
+
+def test_the_newest_release_table_is_the_033_table():
+    cuda = log_format("0.33.0", "cuda")
+    assert cuda is not None
+    assert {(s.name, s.fmt) for s in CUDA_RELEASES["0.33.0"].markers} == {(s.name, s.fmt) for s in cuda.markers}
+
+
+def test_an_unknown_release_is_read_with_the_nearest_table_and_the_report_says_so():
+    assert nearest_release("0.30.0") == ("0.30.0", True)
+    assert nearest_release("0.30.0.dev7+gabc") == ("0.30.0", True)
+    assert nearest_release("0.30.1") == ("0.30.0", False)
+    assert nearest_release("0.20.0") == ("0.27.1", False)
+    assert nearest_release("0.34.0") == ("0.33.0", False)
+    assert release_note("0.33.0") is None
+    assert release_note(None) is None
+    assert "nearest release's (cuda-0.27.1)" in (release_note("0.26.0") or "")
+
+
+# --------------------------------------------------------------------------- images.py: each release's Dockerfile
+
+SDISTS = WHEELS / "sdist"
+
+
+def dockerfile(release: str) -> str:
+    """docker/Dockerfile of a release's sdist, cached under SDISTS. `pip download vllm==X --no-binary :all:`
+    prepares vLLM's metadata before it saves the file, which needs vLLM's own build environment (torch,
+    setuptools-rust); where the sdist is not cached, the test says how to fetch it rather than failing."""
+    path = SDISTS / f"vllm-{release}.tar.gz"
+    if not path.exists():
+        pytest.skip(
+            f"{path} not cached: fetch it with `pip download 'vllm @ <the vllm-{release}.tar.gz URL PyPI lists>' "
+            "--no-deps --no-build-isolation` from an environment that has torch and setuptools-rust"
+        )
+    import tarfile
+
+    with tarfile.open(path) as tar:
+        member = tar.extractfile(f"vllm-{release}/docker/Dockerfile")
+        assert member is not None
+        return member.read().decode()
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_image_cuda_is_read_from_each_releases_dockerfile(release):
+    from warmstart.images import VLLM_IMAGES
+
+    text = dockerfile(release)
+    args = dict(line[4:].split("=", 1) for line in text.splitlines() if line.startswith("ARG ") and "=" in line)
+    major, minor = args["CUDA_VERSION"].split(".")[:2]
+    image = VLLM_IMAGES[f"v{release}"]
+    assert image.cuda == f"{major}.{minor}"
+    assert f"CUDA_VERSION={args['CUDA_VERSION']}" in image.source
+    assert f"UBUNTU_VERSION={args['UBUNTU_VERSION']}" in image.source
+    assert args["FINAL_BASE_IMAGE"] == "nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}"
+    assert "ENV VLLM_ENABLE_CUDA_COMPATIBILITY=0" in text  # no forward compatibility: the host driver decides
