@@ -17,7 +17,7 @@ WARMSTART_LOCAL_CACHE ?= $(CURDIR)/.local-cache
 RUNPOD_API_PORT ?= 8000
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH WARMSTART_LOCAL_CACHE
 
-.PHONY: run boot test lint install clean testmodel fuse chromium gpu-check bench-tools
+.PHONY: run boot test lint install clean testmodel fuse chromium gpu-check bench-tools image-check
 
 # warmstart itself and, beside it, its tools (tools/: warmstart-dev, which the image never installs).
 $(VENV)/.installed: pyproject.toml tools/pyproject.toml
@@ -79,6 +79,13 @@ bench-tools: .s3rver/.installed
 GPU_PYTHON ?= python3
 gpu-check:
 	PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tools $(GPU_PYTHON) -m warmstart_dev.gpucheck --python $(GPU_PYTHON)
+
+# The image, built by a real builder (buildah) on a stand-in for vLLM's image (vLLM-cpu in the layout of
+# vllm/vllm-openai:v0.33.0), then run: two workers on one volume (cold, then warm), a baked model whose HF token
+# must be in no layer, and the errors a user meets. About 20 min on 2 cores the first time (the stand-in is cached).
+image-check: $(VENV)/.installed
+	.ci/ensure-image-tools
+	$(VENV)/bin/python -m warmstart_dev.imagecheck
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) volume .local-cache .bench .s3rver

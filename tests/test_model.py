@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from helpers.fake_hub import FakeHub
 from helpers.run import MODEL_ID, base_env, run_warmstart
 from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
+from warmstart_dev.fakehub import FakeHub
 from warmstart_dev.testmodel import model_files, snapshot_commit
 
 

@@ -40,7 +40,9 @@ class SettingsError(ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+        # One problem reads on one line (the log line a user sees first); several, one per line.
+        lines = problems[0] if len(problems) == 1 else "\n  " + "\n  ".join(problems)
+        super().__init__(f"invalid configuration: {lines}")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ A release whose wheel is not cached and cannot be downloaded (no registry) is sk
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 import zipfile
@@ -18,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers.vllm_sources import WHEELS, dockerfile
 from warmstart.vllm.logformats import EXTERNAL_SOURCES, log_format
 from warmstart.vllm.releases import CUDA_RELEASES, RELEASES, WORDINGS, nearest_release, release_note
 
-WHEELS = Path(os.environ.get("WARMSTART_VLLM_WHEELS") or Path.home() / ".cache" / "warmstart-tests" / "vllm")
 # vLLM's CUDA wheels are abi3 manylinux builds; asking for exactly that keeps pip from building anything.
 PLATFORM = ["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_31_x86_64"]
 ABI = ["--python-version", "312", "--implementation", "cp", "--abi", "abi3", "--abi", "cp312", "--only-binary", ":all:"]
@@ -104,26 +103,6 @@ def test_an_unknown_release_is_read_with_the_nearest_table_and_the_report_says_s
 
 
 # --------------------------------------------------------------------------- images.py: each release's Dockerfile
-
-SDISTS = WHEELS / "sdist"
-
-
-def dockerfile(release: str) -> str:
-    """docker/Dockerfile of a release's sdist, cached under SDISTS. `pip download vllm==X --no-binary :all:`
-    prepares vLLM's metadata before it saves the file, which needs vLLM's own build environment (torch,
-    setuptools-rust); where the sdist is not cached, the test says how to fetch it rather than failing."""
-    path = SDISTS / f"vllm-{release}.tar.gz"
-    if not path.exists():
-        pytest.skip(
-            f"{path} not cached: fetch it with `pip download 'vllm @ <the vllm-{release}.tar.gz URL PyPI lists>' "
-            "--no-deps --no-build-isolation` from an environment that has torch and setuptools-rust"
-        )
-    import tarfile
-
-    with tarfile.open(path) as tar:
-        member = tar.extractfile(f"vllm-{release}/docker/Dockerfile")
-        assert member is not None
-        return member.read().decode()
 
 
 @pytest.mark.parametrize("release", RELEASES)

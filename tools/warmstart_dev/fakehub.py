@@ -1,8 +1,9 @@
 """A local stand-in for the Hugging Face Hub's HTTP API, enough for `snapshot_download`.
 
 It serves one repo (`/api/models/<repo>/revision/<rev>`, `/api/models/<repo>/tree/<commit>`
-and `/<repo>/resolve/<commit>/<file>`, GET and HEAD) and records every request, so tests
-can prove both that a download happens and that a complete snapshot never asks.
+and `/<repo>/resolve/<commit>/<file>`, GET and HEAD) and records every request and every
+Authorization header, so tests can prove that a download happens, that a complete snapshot
+never asks, and (`make image-check`) that a build secret reached the Hub without reaching a layer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class FakeHub:
         self.commit = commit
         self.files = files
         self.requests: list[tuple[str, str]] = []
+        self.authorizations: list[str] = []
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,6 +40,8 @@ class FakeHub:
             def serve(self, head: bool) -> None:
                 path = unquote(urlparse(self.path).path)
                 hub.requests.append((self.command, path))
+                if auth := self.headers.get("Authorization"):
+                    hub.authorizations.append(auth)
                 api = f"/api/models/{hub.repo_id}"
                 as_json = {"Content-Type": "application/json"}
                 if path.startswith(api + "/revision/"):
