@@ -53,11 +53,12 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 
 def cmd_boot(args: argparse.Namespace) -> int:
-    from warmstart.boot import run_boot
+    from warmstart.boot import exit_on_signals, run_boot
     from warmstart.plan import plan_boot
 
     from .vllm.engine import EngineFailed
 
+    exit_on_signals()  # a SIGTERM at any stage still stops vLLM's group and cleans up (run_boot)
     settings = _settings(args)
     plan = plan_boot(settings)
     redactor = Redactor.from_env(os.environ)
