@@ -218,8 +218,8 @@ class ServingUpkeep:
             log.warning("warmstart | publish  | the publish while serving is still running; no final publish")
             plan = self.boot.plan
             release_leases(plan.tiers, holder=self.boot.worker, ttl_s=plan.settings.lease_ttl_s)
-        elif self.staged:
-            self.publish_if_changed(wait_s=10.0)
+        elif self.staged and not self.publish_if_changed(wait_s=10.0):
+            log.info("warmstart | publish  | no cache file is new since the last publish: nothing to publish at exit")
         if self.kernels:
             log.info("warmstart | serving  | vLLM JIT-compiled %d kernel(s) while serving", len(self.kernels))
         self.boot.unmark_booting()
