@@ -161,12 +161,19 @@ class ServingUpkeep:
                     "warmstart | publish  | publish while serving failed: %s", self.boot.redactor.text(str(exc))
                 )
                 return False
-            self._published_snapshot = snapshot
+            if not self._retry_later():
+                self._published_snapshot = snapshot
             self.publishes += 1
             apply_publish(self.boot, self.report)
             return True
         finally:
             self._publishing.release()
+
+    def _retry_later(self) -> bool:
+        """A tier failed, or skipped because another worker held its lease: what this one saw
+        counts as new again at the next look."""
+        results = self.boot.published.results if self.boot.published else ()
+        return any(r.status == "failed" or (r.status == "skipped" and "lease" in r.detail) for r in results)
 
     @property
     def renew_s(self) -> float:
