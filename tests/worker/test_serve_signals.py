@@ -80,6 +80,27 @@ def test_sigterm_while_vllm_boots_stops_its_group_and_the_marker(tmp_path, volum
     assert "SIGTERM: stopping vLLM and cleaning up" in rest
 
 
+def test_sigterm_during_the_restore_removes_the_marker_and_the_registration(
+    tmp_path, volume, tiny_model, fake_vllm_python
+):
+    env = base_env(volume, fake_vllm_python, tmp_path)
+    first = subprocess.run([WARMSTART, "boot"], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr  # a generation to restore
+    proc = start_warmstart(["boot"], paused_env(env, "restore:registered", tmp_path / "resume"))
+    log: list[str] = []
+    try:
+        read_until(proc, "step     | restore:registered", log)
+        assert markers(volume) and list(volume.glob("warmstart/keys/*/staged/readers/*"))
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert markers(volume) == [] and leases(volume) == []
+    assert list(volume.glob("warmstart/keys/*/staged/readers/*")) == []
+
+
 def test_sigterm_during_the_publish_of_boot_releases_the_lease(tmp_path, volume, tiny_model, fake_vllm_python):
     resume = tmp_path / "resume"  # never created: the publish stays paused with the lease held
     env = paused_env(base_env(volume, fake_vllm_python, tmp_path), "publish:lease_held", resume)
