@@ -74,9 +74,9 @@ def test_sigterm_while_vllm_boots_stops_its_group_and_the_marker(tmp_path, volum
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, "".join(log) + rest
     assert wait_gone(pgid), "vLLM's process group outlived `warmstart boot`"
     assert markers(volume) == [], "the boot marker stayed: gc would think the key still boots"
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(log) + rest
     assert "SIGTERM: stopping vLLM and cleaning up" in rest
 
 
@@ -96,9 +96,9 @@ def test_sigterm_during_the_restore_removes_the_marker_and_the_registration(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
     assert markers(volume) == [] and leases(volume) == []
     assert list(volume.glob("warmstart/keys/*/staged/readers/*")) == []
+    assert proc.returncode == 128 + signal.SIGTERM
 
 
 def test_sigterm_during_the_publish_of_boot_releases_the_lease(tmp_path, volume, tiny_model, fake_vllm_python):
@@ -115,9 +115,9 @@ def test_sigterm_during_the_publish_of_boot_releases_the_lease(tmp_path, volume,
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
     assert leases(volume) == [], "the publish lease stayed held for its whole TTL"
     assert wait_gone(pgid) and markers(volume) == []
+    assert proc.returncode == 128 + signal.SIGTERM
 
 
 def test_sigterm_during_the_background_publish_of_serve_releases_the_lease(
