@@ -112,7 +112,7 @@ def test_the_weights_block_gets_vllms_phases():
 def test_the_background_publish_updates_the_served_report():
     """worker.serve: the boot report job shows the publish that ran after vLLM served."""
     from warmstart.boot import Boot
-    from warmstart.worker.serve import start_background_publish
+    from warmstart.worker.upkeep import ServingUpkeep
 
     boot = Boot(plan(), Redactor(), restored=TierRestore())
     result = PublishResult("published", 1, 2, 200, 1.5, "full bundle", {"vllm_compile": (2, 200)})
@@ -123,8 +123,6 @@ def test_the_background_publish_updates_the_served_report():
 
     boot.publish = publish  # type: ignore[method-assign]
     report = {"phases": {"publish": None}, "caches": {"vllm_compile": {"status": "miss"}}, "staged": None}
-    thread = start_background_publish(boot, report)
-    assert thread is not None
-    thread.join(5)
+    assert ServingUpkeep(boot, report, interval_s=60).publish_if_changed(force=True)
     assert report["staged"]["publish"]["generation"] == 1 and report["phases"]["publish"] == 1.5
     assert report["caches"]["vllm_compile"] == {"status": "miss", "published_files": 2, "published_bytes": 200}

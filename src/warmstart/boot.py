@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,7 +31,7 @@ from .redact import Redactor
 from .report import BootObservation, build_report, expectation
 from .store.booting import write_boot_marker
 from .store.history import BootHistory, KeyStore, now_iso
-from .store.tiers import TierPublish, TierRestore, publish_tiers, restore_tiers
+from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
@@ -75,8 +77,11 @@ class Boot:
     # vLLM began loading weights (its bootstrap ended): the engine clock, and what the prefetch had read by then
     load_start: tuple[float, int] | None = None
     link_warning: str | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
+    on_serving_line: Callable[[str], None] | None = None  # after ready: each line of vLLM's (worker/upkeep.py)
 
     def _on_line(self, line: LogLine) -> None:
+        if self.on_serving_line is not None:
+            self.on_serving_line(line.text)
         for marker in self.evidence.feed(line.text, line.t):
             if marker.name == "aot_load_failed":
                 stage("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
@@ -304,6 +309,45 @@ class Boot:
             return None
         return self.engine.stop()
 
+    def abort(self) -> None:
+        """An exit the boot did not plan (a signal, an error): stop vLLM's whole group, remove the
+        marker, and give back a publish lease this process may still hold (a publish cut off in a
+        thread never reaches its own release; other hosts would wait out its TTL)."""
+        self.stop()
+        release_leases(self.plan.tiers, holder=self.worker, ttl_s=self.plan.settings.lease_ttl_s)
+
+
+_exiting = False
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    """The first SIGTERM/SIGINT unwinds the main thread (the `finally`s stop vLLM and clean up);
+    later ones are ignored, so that they cannot cut that cleanup short. It writes to fd 2 itself:
+    the signal may land inside a logging call, and logging is not reentrant."""
+    global _exiting
+    name = signal.Signals(signum).name
+    if _exiting:
+        _say(f"warmstart | signal   | {name} again: still cleaning up\n")
+        return
+    _exiting = True
+    _say(f"warmstart | signal   | {name}: stopping vLLM and cleaning up\n")
+    raise SystemExit(128 + signum)
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
+
+
+def exit_on_signals() -> None:
+    """Python's default SIGTERM ends the process at once, skipping every `finally`: vLLM's group
+    would keep running and the boot marker and publish lease would stay. The Runpod SDK replaces
+    these handlers once it starts (worker/serve.py)."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
+
 
 def run_boot(
     plan: BootPlan, redactor: Redactor, *, echo: TextIO | None = None, publish_now: bool = True
@@ -312,20 +356,24 @@ def run_boot(
     The engine is left running."""
     boot = Boot(plan, redactor, echo=echo or sys.stderr)
     boot.t0 = time.monotonic() - plan.resolve_s
-    boot.prepare()
-    boot.start()
     try:
-        boot.wait_ready()
-    except EngineFailed as exc:
-        report = boot.finish_report(error=str(exc).splitlines()[0])
+        boot.prepare()
+        boot.start()
+        try:
+            boot.wait_ready()
+        except EngineFailed as exc:
+            report = boot.finish_report(error=str(exc).splitlines()[0])
+            boot.record(report)
+            emit_report(report)
+            raise
+        if publish_now:
+            boot.publish()
+        report = boot.finish_report()
         boot.record(report)
         emit_report(report)
+    except BaseException:  # a signal (SystemExit), vLLM's failure, any error: nothing may stay behind
+        boot.abort()
         raise
-    if publish_now:
-        boot.publish()
-    report = boot.finish_report()
-    boot.record(report)
-    emit_report(report)
     return boot, report
 
 

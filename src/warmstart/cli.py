@@ -53,11 +53,12 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 
 def cmd_boot(args: argparse.Namespace) -> int:
-    from warmstart.boot import run_boot
+    from warmstart.boot import exit_on_signals, run_boot
     from warmstart.plan import plan_boot
 
     from .vllm.engine import EngineFailed
 
+    exit_on_signals()  # a SIGTERM at any stage still stops vLLM's group and cleans up (run_boot)
     settings = _settings(args)
     plan = plan_boot(settings)
     redactor = Redactor.from_env(os.environ)
@@ -218,17 +219,16 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print("Will remove:\n  " + ("\n  ".join(names) or "(no key or snapshot)"), file=sys.stderr)
         if input(f"Free {_size(plan.freed_bytes)}? [y/N] ").strip().lower() not in ("y", "yes"):
             return 1
-    if args.dry_run:
-        data = plan.to_json(dry_run=True)
-    else:
-        result = plan.execute(ttl_s=ttl)
-        data = plan.to_json(dry_run=False, removed=result.removed_keys)
-        data["kept_because"].update(result.kept_late)
-        if result.kept_late:
-            data["freed_bytes"] -= sum(k.bytes for k in plan.remove_keys if k.name in result.kept_late)
+        # The answer may have taken minutes: a boot may have begun meanwhile. Plan again, and
+        # remove only what was confirmed and is still unused (keys and snapshots alike).
+        plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl, within=plan)
+    data = plan.to_json(dry_run=True) if args.dry_run else plan.execute(ttl_s=ttl).to_json(plan)
+    errors = data.get("errors", [])
+    for error in errors:
+        log.error("warmstart | gc       | %s (the other steps ran)", error)
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0
+        return 1 if errors else 0
     verb = "would remove" if args.dry_run else "removed"
     for name in data["removed_keys"]:
         print(f"{verb} key {name}")
@@ -239,7 +239,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     for name, why in data["kept_because"].items():
         print(f"kept {name}: {why}")
     print(f"{'would free' if args.dry_run else 'freed'} {_size(data['freed_bytes'])} ({data['freed_bytes']} bytes)")
-    return 0
+    return 1 if errors else 0
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:

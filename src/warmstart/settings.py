@@ -65,6 +65,7 @@ class Settings:
     exit_grace_s: float
     lease_ttl_s: float
     publish_wait_s: float
+    serve_publish_s: float
     hub_stall_s: float
     cache_mode: str
     local_cache_dir: Path

@@ -189,6 +189,14 @@ WRAPPER: tuple[Variable, ...] = (
         field="publish_wait_s",
     ),
     Variable(
+        "WARMSTART_SERVE_PUBLISH_S",
+        "float",
+        "staged, while serving: the least seconds between two publishes of what vLLM compiled after ready; the "
+        "cache directories are looked at (stat only) this often, and soon after vLLM warns of a JIT compile; 0: off",
+        default="60",
+        field="serve_publish_s",
+    ),
+    Variable(
         "WARMSTART_WEIGHTS_PREFETCH",
         "choice",
         "`auto`: when the snapshot is on the volume, read its weight files into the page cache (8 streams, "

@@ -10,6 +10,9 @@ behaves as FAKE_VLLM_MODE says:
     odd            serve, after log lines that look almost like vLLM's markers
 
 FAKE_VLLM_ARTIFACTS=COUNT:BYTES:TAG adds COUNT compiled files of BYTES each (staged tests).
+FAKE_VLLM_JIT_AFTER=SECONDS: SECONDS after it serves, "JIT-compile" a kernel while serving: write
+TORCHINDUCTOR_CACHE_DIR/fake/jit/kernel.so and print vLLM 0.19+'s warning
+(`Triton kernel JIT compilation during inference: <kernel>`, utils/jit_monitor.py).
 
 It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
 FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
@@ -154,6 +157,22 @@ def main() -> None:
             os._exit(1)
 
         threading.Thread(target=die, daemon=True).start()
+    if jit_after := os.environ.get("FAKE_VLLM_JIT_AFTER"):
+
+        def jit() -> None:
+            time.sleep(float(jit_after))
+            folder = os.path.join(cache or ".", "fake", "jit")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "kernel.so"), "wb") as handle:
+                handle.write(os.urandom(2048))
+            print(
+                f"(EngineCore pid={child.pid}) WARNING 11-29 10:00:09 [jit_monitor.py:112] Triton kernel JIT "
+                "compilation during inference: _fake_decode_kernel (grid=(4, 1, 1)). This causes a latency spike; "
+                "consider extending warmup to cover this shape/config.",
+                flush=True,
+            )
+
+        threading.Thread(target=jit, daemon=True).start()
     say(f"Starting vLLM server on http://{host}:{port}")
     print("INFO:     Application startup complete.", flush=True)
     try:

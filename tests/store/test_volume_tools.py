@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -281,6 +282,79 @@ def test_a_boot_that_starts_between_plan_and_removal_keeps_its_key(volume3):
     assert scan_volume(layout).key(keys[1].dirname).boots == 1
 
 
+def test_a_failed_rename_back_deletes_nothing(volume3, tmp_path):
+    """A boot begins between gc's rename and its re-check, and makes a fresh directory for the key
+    (as `KeyStore.touch` does first): the rename back fails, and what the fresh directory lacks
+    (the records, the staged store) is moved into it instead of being deleted."""
+    layout, keys, _ = volume3
+    plan = plan_gc(scan_volume(layout), GcOptions(older_than_days=0))
+
+    def boot_starts(step: str) -> None:
+        if step == f"recheck {keys[1].dirname}":
+            write_boot_marker(layout, keys[1].dirname, "late-worker", ttl_s=600)
+            KeyStore(layout, keys[1]).touch()
+
+    result = plan.execute(on_step=boot_starts)
+    assert keys[1].dirname in result.kept_late
+    assert os.listdir(layout.keys_dir) == [keys[1].dirname]
+    assert scan_volume(layout).key(keys[1].dirname).boots == 1
+    got = restore(StagedStore(layout.key_dir(keys[1]) / "staged"), tmp_path / "r", reader="t")
+    assert got.restored and not got.problems
+
+
+def test_each_gc_step_fails_alone(volume3):
+    """`warmstart/trash` is a file (a volume someone tampered with): emptying it and moving keys
+    into it fail; the other steps (staged garbage, dead markers) still run, and gc says what failed."""
+    layout, keys, _ = volume3
+    (layout.warmstart_dir / "trash").write_text("not a directory")
+    expired = write_boot_marker(layout, "gone-key", "worker-old", ttl_s=-1)
+    result = plan_gc(scan_volume(layout), GcOptions(older_than_days=0)).execute()
+    assert result.removed_keys == ()
+    assert any(e.startswith("emptying the trash") for e in result.errors), result.errors
+    assert sum(e.startswith("key ") for e in result.errors) == 3, result.errors
+    assert not expired.exists(), "the markers step did not run after the failed ones"
+    assert sorted(os.listdir(layout.keys_dir)) == sorted(k.dirname for k in keys)
+    out = run_cli("gc", "--older-than", "0", "--yes", "--json", "--volume", str(layout.root))
+    assert out.returncode == 1 and "the other steps ran" in out.stderr
+    assert json.loads(out.stdout)["errors"]
+
+
+def test_gc_plans_again_after_its_prompt(volume3):
+    """A boot of the tiny model begins while the prompt waits: its snapshot is kept (`--models`)."""
+    layout, _, commit = volume3
+    old = time.time() - 86400
+    for path in layout.hub_cache.rglob("*"):
+        os.utime(path, (old, old), follow_symlinks=False)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [WARMSTART, "gc", "--keep-last", "0", "--models", "--volume", str(layout.root)],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(slave)
+    try:
+        assert proc.stderr is not None
+        listed = ""
+        for line in proc.stderr:
+            listed += line
+            if "unused-llama@" in line:
+                break
+        assert "unused-llama@" in listed and "tiny-llama@" in listed, listed
+        write_boot_marker(layout, "a-new-key", "late-worker", 600, model="warmstart/tiny-llama", revision=commit)
+        os.write(master, b"y\n")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"kept warmstart/tiny-llama@{commit}: a boot in progress uses it" in out
+    assert (layout.hub_cache / "models--warmstart--tiny-llama").exists()
+    assert not (layout.hub_cache / "models--warmstart--unused-llama").exists()
+
+
 class Killed(BaseException):
     pass
 
@@ -470,7 +544,7 @@ def test_a_boot_is_marked_in_progress_until_it_fails_and_gc_keeps_its_key(tmp_pa
             assert proc.poll() is None and time.monotonic() < deadline, "no boot marker while the boot ran"
             time.sleep(0.1)
         (key,) = scan_volume(layout).keys
-        assert key.in_use == ("a boot of this key is in progress",)
+        assert key.in_use == ("a boot of this key is in progress, or a worker serves it",)
         (marker,) = (volume / "warmstart" / "booting").iterdir()
         data = read_json(marker)
         assert (data["key"], data["pid"], data["model"]) == (key.name, proc.pid, "warmstart/tiny-llama")

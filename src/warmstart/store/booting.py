@@ -1,7 +1,10 @@
-"""Boots in progress: one small marker file per boot, so that `gc` never removes a key being booted.
+"""Boots in progress and serving workers: one small marker file per worker, so that `gc` never
+removes a key being booted or served.
 
-A boot writes `<volume>/warmstart/booting/<worker>.json` (`{"key", "host", "pid", "expires"}`)
-before it touches the key's directory and removes it when its report is recorded. It lives
+A boot writes `<volume>/warmstart/booting/<worker>.json` (`{"key", "host", "pid", "expires",
+"state"}`) before it touches the key's directory. `serve` rewrites it with state "serving" once
+its report is recorded and renews it while it serves (worker/upkeep.py), so a worker that has
+served for days still holds its key; it is removed at exit. It lives
 outside the key directory on purpose: `gc` moves a whole key directory aside in one rename,
 and the marker must survive that to be seen by the re-check after it (gc.py). A marker expires
 after the longest a boot may take; one left by a killed process on this machine is dead at once.
@@ -30,6 +33,7 @@ class BootMarker:
     host: str
     pid: int
     expires: float
+    state: str = "booting"  # or "serving"
 
     def live(self, at: float | None = None) -> bool:
         """Not expired, and (on this machine) its process still runs."""
@@ -50,13 +54,20 @@ def booting_dir(layout: VolumeLayout) -> Path:
 
 
 def write_boot_marker(
-    layout: VolumeLayout, key: str, worker: str, ttl_s: float, *, model: str | None = None, revision: str | None = None
+    layout: VolumeLayout,
+    key: str,
+    worker: str,
+    ttl_s: float,
+    *,
+    model: str | None = None,
+    revision: str | None = None,
+    state: str = "booting",
 ) -> Path:
-    """Say on the volume that `worker` is booting `key` (from that model snapshot) until `ttl_s`
-    from now. Atomic: a half-written marker would protect nothing."""
+    """Say on the volume that `worker` is booting (or serving) `key` (from that model snapshot)
+    until `ttl_s` from now. Atomic: a half-written marker would protect nothing."""
     path = booting_dir(layout) / f"{worker}.json"
     data = {"key": key, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
-    write_json_atomic(path, {**data, "model": model, "revision": revision})
+    write_json_atomic(path, {**data, "model": model, "revision": revision, "state": state})
     return path
 
 
@@ -75,7 +86,12 @@ def read_boot_markers(layout: VolumeLayout, warnings: list[str] | None = None) -
             assert isinstance(data, dict)
             markers.append(
                 BootMarker(
-                    directory / name, str(data["key"]), str(data["host"]), int(data["pid"]), float(data["expires"])
+                    directory / name,
+                    str(data["key"]),
+                    str(data["host"]),
+                    int(data["pid"]),
+                    float(data["expires"]),
+                    str(data.get("state") or "booting"),
                 )
             )
         except (AssertionError, KeyError, TypeError, ValueError):

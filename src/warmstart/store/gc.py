@@ -15,12 +15,19 @@ volume the next boot and the next `ls` read without error):
    key is either wholly present or gone, never half-deleted where a boot could find it.
    Then the in-use checks run again; a boot that started between the plan and the rename
    (its marker is outside the key directory, so the rename cannot hide it) gets its key
-   renamed back. Only then is the trashed copy deleted.
+   renamed back. Only then is the trashed copy deleted. Where the rename back fails (the boot
+   made a fresh directory for the key meanwhile), what the fresh one lacks is moved into it
+   (bundles before the generations that name them) and the rest is kept under
+   `warmstart/trash/kept-*`: a failed rename back never deletes.
 3. HF snapshots go through huggingface_hub's `DeleteCacheStrategy`, which removes snapshot
    links and refs before the blobs they point to.
 4. Kept staged keys get the staged store's own garbage collection (old generations first,
    then unreferenced bundles) under the key's publish lease, which publishers also take.
 5. Expired boot markers are removed.
+
+Each step fails alone: an error in one (a key, the snapshots, a staged store, the markers) is
+recorded in the result and the next step runs. `warmstart gc` plans again after its
+confirmation prompt and removes only what was confirmed and is still unused (`plan_gc(within=)`).
 """
 
 from __future__ import annotations
@@ -145,35 +152,59 @@ class GcPlan:
         step = on_step or (lambda _: None)
         removed: list[str] = []
         kept_late: dict[str, str] = {}
+        errors: list[str] = []
         trash = self.layout.warmstart_dir / TRASH_DIR
+
+        def alone(what: str, action: Callable[[], Any]) -> Any:
+            try:
+                return action()
+            except Exception as exc:  # one step's failure must not stop the others
+                errors.append(f"{what}: {exc}")
+                return None
+
         step("trash")
-        _empty_trash(trash)
+        alone("emptying the trash", lambda: _empty_trash(trash))
         for key in self.remove_keys:
             step(f"key {key.name}")
-            if _remove_key(self.layout, key, trash, step):
+            outcome = alone(f"key {key.name}", lambda key=key: _remove_key(self.layout, key, trash, step))
+            if outcome is True:
                 removed.append(key.name)
-            else:
-                kept_late[key.name] = "a boot, publish or restore of this key started while gc ran"
+            elif outcome is not None:
+                kept_late[key.name] = outcome if isinstance(outcome, str) else LATE
         if self.hf_strategy is not None and self.remove_models:
             step("models")
-            self.hf_strategy.execute()
+            alone("HF snapshots", self.hf_strategy.execute)
         for garbage in self.staged_garbage:
             step(f"staged {garbage.key}")
-            _collect_staged(self.layout, garbage.key, ttl_s)
+            alone(f"staged store of {garbage.key}", lambda g=garbage: _collect_staged(self.layout, g.key, ttl_s))
         step("markers")
-        for marker in read_boot_markers(self.layout):
-            if not marker.live():
-                try:
-                    marker.path.unlink()
-                except FileNotFoundError:
-                    pass
-        return GcResult(tuple(removed), kept_late)
+        alone("boot markers", lambda: _remove_dead_markers(self.layout))
+        return GcResult(tuple(removed), kept_late, tuple(errors))
+
+
+def _remove_dead_markers(layout: VolumeLayout) -> None:
+    for marker in read_boot_markers(layout):
+        if not marker.live():
+            try:
+                marker.path.unlink()
+            except FileNotFoundError:
+                pass
 
 
 @dataclass(frozen=True)
 class GcResult:
     removed_keys: tuple[str, ...]
     kept_late: dict[str, str]  # keys the plan named that turned out to be in use
+    errors: tuple[str, ...] = ()  # steps that failed (each alone: the others ran)
+
+    def to_json(self, plan: GcPlan) -> dict[str, Any]:
+        """`plan.to_json` as carried out: what was removed, what turned out in use, what failed."""
+        data = plan.to_json(dry_run=False, removed=self.removed_keys)
+        data["kept_because"].update(self.kept_late)
+        data["freed_bytes"] -= sum(k.bytes for k in plan.remove_keys if k.name in self.kept_late)
+        if self.errors:
+            data["errors"] = list(self.errors)
+        return data
 
 
 def _empty_trash(trash: Path) -> None:
@@ -182,11 +213,17 @@ def _empty_trash(trash: Path) -> None:
     except FileNotFoundError:
         return
     for name in names:
-        shutil.rmtree(trash / name, ignore_errors=True)
+        if not name.startswith(KEPT_PREFIX):
+            shutil.rmtree(trash / name, ignore_errors=True)
 
 
-def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[[str], None]) -> bool:
-    """Rename the key aside, re-check that nobody started using it, then delete it."""
+LATE = "a boot, publish or restore of this key started while gc ran"
+KEPT_PREFIX = "kept-"  # in the trash: what could not be moved back into a key; never emptied by gc
+
+
+def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[[str], None]) -> bool | str:
+    """Rename the key aside, re-check that nobody started using it, then delete it. True when
+    deleted; else why it stays (False: someone else removed it already)."""
     source = layout.keys_dir / key.name
     trash.mkdir(parents=True, exist_ok=True)
     target = trash / f"{key.name}.{uuid.uuid4().hex[:8]}"
@@ -201,11 +238,31 @@ def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[
         try:
             os.rename(target, source)
         except OSError:
-            # The boot already made a fresh directory for the key: it boots cold from that one.
-            shutil.rmtree(target, ignore_errors=True)
-        return False
+            # The boot already made a fresh directory for the key: give it back what it lacks.
+            if not _merge_back(target, source):
+                kept = trash / f"{KEPT_PREFIX}{target.name}"
+                os.rename(target, kept)
+                return f"{LATE}; what its fresh directory already had is kept in {kept}"
+        return LATE
     step(f"delete {key.name}")
     shutil.rmtree(target, ignore_errors=True)
+    return True
+
+
+def _merge_back(old: Path, new: Path) -> bool:
+    """Move into `new` every entry of `old` that `new` lacks, directories merged the same way, in
+    name order (a staged store's bundles/ before the generations/ that name them). True when `old`
+    was emptied (and removed); what is in both stays in `old`."""
+    for entry in sorted(os.listdir(old)):
+        src, dst = old / entry, new / entry
+        if not os.path.lexists(dst):
+            os.rename(src, dst)
+        elif src.is_dir() and not src.is_symlink() and dst.is_dir() and not dst.is_symlink():
+            _merge_back(src, dst)
+    try:
+        old.rmdir()
+    except OSError:
+        return False
     return True
 
 
@@ -255,8 +312,16 @@ def _sort_newest_first(keys: Iterable[KeyInfo], at: float) -> list[KeyInfo]:
     return sorted(keys, key=lambda k: (age(k), k.name))
 
 
-def plan_gc(scan: VolumeScan, options: GcOptions, *, at: float | None = None, ttl_s: float = LEASE_TTL_S) -> GcPlan:
-    """Decide; change nothing."""
+def plan_gc(
+    scan: VolumeScan,
+    options: GcOptions,
+    *,
+    at: float | None = None,
+    ttl_s: float = LEASE_TTL_S,
+    within: GcPlan | None = None,
+) -> GcPlan:
+    """Decide; change nothing. `within`: the plan a person confirmed; remove nothing it did not
+    name (what the new scan finds in use since, it keeps)."""
     at = time.time() if at is None else at
     ordered = _sort_newest_first(scan.keys, at)
     kept: dict[str, str] = {}
@@ -299,6 +364,9 @@ def plan_gc(scan: VolumeScan, options: GcOptions, *, at: float | None = None, tt
         if k.in_use:
             kept[k.name] = "in use: " + "; ".join(k.in_use)
             continue
+        if within is not None and k.name not in {c.name for c in within.remove_keys}:
+            kept[k.name] = "not in the plan that was confirmed"
+            continue
         remove.append(k)
     removed_names = {k.name for k in remove}
     # A boot in progress may not have made its key directory yet: its marker names its model.
@@ -316,6 +384,10 @@ def plan_gc(scan: VolumeScan, options: GcOptions, *, at: float | None = None, tt
                 kept[label] = "a boot in progress uses it"
             elif at - model.last_modified < options.grace_s:
                 kept[label] = f"written in the last {options.grace_s:g} s (a download may be in progress)"
+            elif within is not None and (model.name, model.revision) not in {
+                (c.name, c.revision) for c in within.remove_models
+            }:
+                kept[label] = "not in the plan that was confirmed"
             else:
                 remove_models.append(model)
         if remove_models and scan.hf_cache_info is not None:

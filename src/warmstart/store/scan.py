@@ -226,7 +226,7 @@ def scan_key(
     last_good = next((b for b in reversed(history) if b.get("ready_s") is not None and not b.get("error")), None)
     in_use = []
     if name in set(booting):
-        in_use.append("a boot of this key is in progress")
+        in_use.append("a boot of this key is in progress, or a worker serves it")
     in_use += _staged_in_use(path, at)
     mode = last_report.get("mode") or ("staged" if (path / "staged").is_dir() else None)
     if mode is None and (path / "cache").is_dir():

@@ -183,3 +183,18 @@ def publish_tier(
     else:
         _stage("publish", "%s %s: %s", tier.kind, result.status, result.detail)
     return result
+
+
+def release_leases(tiers: Sequence[BundleStore], *, holder: str, ttl_s: float) -> None:
+    """Give back `holder`'s publish lease in every tier where it still holds it. For an exit
+    while a publish runs in another thread: the process ends before that publish's own `finally`
+    releases it. A lease held by another holder is left alone (release checks the holder)."""
+    for tier in tiers:
+        lease = tier.lease(holder, ttl_s)
+        lease.held = True  # release() acts only on a lease it believes held, and re-reads the holder
+        try:
+            lease.release()
+        except Exception as exc:  # an exit path: a store's failure is a warning, never a crash
+            log.warning(
+                "warmstart | publish  | could not release the %s lease (it expires by itself): %s", tier.kind, exc
+            )

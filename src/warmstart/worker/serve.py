@@ -6,10 +6,15 @@ crashed usually crashed for a reason that a restart inside the same container wi
 fix), so it stops taking jobs, answers the jobs in flight with a clear error, and exits
 non-zero for Runpod to replace it.
 
-Shutdown: the Runpod SDK replaces SIGTERM/SIGINT handlers with its own, which end its
-loop (or uvicorn's, for the local API server) and return from `start()`; the `finally`
-below then stops vLLM's process group. A wrapper killed outright still takes vLLM with it
-(the engine's parent-death signal).
+Shutdown: until the SDK starts, SIGTERM/SIGINT unwind the boot (boot.exit_on_signals;
+run_boot stops vLLM's group, removes the marker, gives back the lease). The Runpod SDK then
+replaces those handlers with its own (runpod 1.12 serverless/modules/rp_scale.py
+`JobScaler.start`: `signal.signal(signal.SIGTERM, self.handle_shutdown)`, which sets the
+shutdown event so that `start()` returns; for the local API server uvicorn captures them and
+re-raises them once it has shut down, `Server.capture_signals`, reaching ours); the `finally`
+below then stops vLLM's process group and runs the serving upkeep's final publish. A wrapper
+killed outright still takes vLLM with it (the engine's parent-death signal); what it compiled
+while serving reached the store with the periodic publish (worker/upkeep.py).
 """
 
 from __future__ import annotations
@@ -17,23 +22,22 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from warmstart.boot import Boot, run_boot
+from warmstart.boot import Boot, exit_on_signals, run_boot
 from warmstart.plan import plan_boot, stage
 
 from ..limits import RUNPOD_INIT_TIMEOUT_S
 from ..redact import Redactor
-from ..report import publish_seconds, staged_layer_counts, staged_summary
 from ..settings import Settings, from_env
 from ..store.history import BootHistory, KeyStore
 from ..vllm.engine import EngineFailed
 from .handler import JobHandler, make_handler
+from .upkeep import ServingUpkeep
 
 log = logging.getLogger("warmstart")
 
@@ -60,9 +64,16 @@ class EngineWatchdog:
     """Notices vLLM's death while serving; stops new work; exits the worker non-zero."""
 
     def __init__(
-        self, boot: Boot, *, grace_s: float = 3.0, exit_fn: Callable[[int], Any] = os._exit, poll_s: float = 0.25
+        self,
+        boot: Boot,
+        *,
+        grace_s: float = 3.0,
+        exit_fn: Callable[[int], Any] = os._exit,
+        poll_s: float = 0.25,
+        before_exit: Callable[[], Any] | None = None,
     ) -> None:
         self.boot = boot
+        self.before_exit = before_exit  # the final publish: what vLLM compiled while serving
         self.grace_s = grace_s
         self.exit_fn = exit_fn
         self.poll_s = poll_s
@@ -107,6 +118,11 @@ class EngineWatchdog:
         # arrive meanwhile) return that error and have it delivered before the process goes.
         time.sleep(self.grace_s)
         self.boot.stop()
+        if self.before_exit is not None:
+            try:
+                self.before_exit()
+            except Exception as exc:  # the exit must happen whatever the store does
+                log.warning("warmstart | publish  | final publish failed: %s", self.boot.redactor.text(str(exc)))
         logging.shutdown()
         self.exit_fn(EXIT_ENGINE_DIED)
 
@@ -123,39 +139,11 @@ def local_api_hint(rest: list[str]) -> str:
     return f"local API server at {base}; send a job with: {curl}"
 
 
-def start_background_publish(boot: Boot, report: dict[str, Any]) -> threading.Thread | None:
-    """Staged: publish after vLLM serves (to the volume, then the S3 store), without holding jobs
-    back; the boot report job then shows the publish too. Nothing raised here reaches serving."""
-    if not boot.plan.tiers:
-        return None
-
-    def run() -> None:
-        try:
-            boot.publish()
-        except Exception as exc:  # a store's failure must never fail serving
-            log.warning("warmstart | publish  | background publish failed: %s", boot.redactor.text(str(exc)))
-            return
-        report["staged"] = staged_summary(boot.plan, boot.restored, boot.published)
-        report["phases"] = {**report["phases"], "publish": publish_seconds(boot.published)}
-        for layer, extra in staged_layer_counts(boot.restored, boot.published).items():
-            if layer in report["caches"]:
-                report["caches"][layer].update(extra)
-
-    thread = threading.Thread(target=run, name="warmstart-publish", daemon=True)
-    thread.start()
-    return thread
-
-
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(args: argparse.Namespace) -> int:
     settings = from_env(os.environ, volume=getattr(args, "volume", None))
     redactor = Redactor.from_env(os.environ)
     # Until the Runpod SDK installs its own handlers, a SIGTERM must still stop a booting vLLM.
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGINT, _raise_exit)
+    exit_on_signals()
 
     plan = plan_boot(settings)
     history: BootHistory = KeyStore(plan.layout, plan.key).history()
@@ -164,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
 
     boot: Boot | None = None
     watchdog: EngineWatchdog | None = None
-    publisher: threading.Thread | None = None
+    upkeep: ServingUpkeep | None = None
     try:
         try:
             boot, report = run_boot(plan, redactor, publish_now=False)
@@ -176,8 +164,10 @@ def main(args: argparse.Namespace) -> int:
 
         assert boot.engine is not None
         report_dict = report.to_dict()
-        publisher = start_background_publish(boot, report_dict)
-        watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s)
+        upkeep = ServingUpkeep(boot, report_dict, interval_s=settings.serve_publish_s)
+        boot.on_serving_line = upkeep.on_line
+        upkeep.start()  # the first publish, right after ready, without holding jobs back
+        watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s, before_exit=upkeep.final)
         state = JobHandler(
             base_url=boot.engine.base_url,
             served_model=settings.served_model_name,
@@ -209,11 +199,9 @@ def main(args: argparse.Namespace) -> int:
         if boot is not None:
             stage("serve", "stopping vLLM")
             boot.stop()
-            if publisher is not None:
+            if upkeep is not None:
                 # Kernels compiled while serving: publish them too. Shutdown is short, so the
                 # waits are too; a publish cut off by the kill leaves only temporaries.
-                publisher.join(timeout=15.0)
-                if publisher.is_alive():
-                    log.warning("warmstart | publish  | the post-boot publish is still running; no final publish")
-                else:
-                    boot.publish(wait_s=10.0)
+                upkeep.final()
+            else:
+                boot.abort()

@@ -1,0 +1,67 @@
+"""The serving upkeep's decisions: what counts as new, when it looks, what a JIT warning does.
+
+The processes themselves (signals, publishes while serving, exit 3, gc) are in test_serve_signals.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from warmstart.worker.upkeep import JIT_SETTLE_S, ServingUpkeep, changed
+
+JIT = (
+    "(EngineCore_DP0 pid=812) WARNING 05-01 23:11:07 [jit_monitor.py:112] Triton kernel JIT compilation during "
+    "inference: _fwd_kernel_stage1 (grid=(8, 32, 1)). This causes a latency spike; consider extending warmup to "
+    "cover this shape/config."
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def upkeep(interval_s: float = 60.0) -> tuple[ServingUpkeep, dict, Clock]:
+    clock = Clock()
+    boot = SimpleNamespace(plan=SimpleNamespace(tiers=("volume",)), published=None)
+    report: dict = {"compiled_while_serving": None, "compiled_kernels": []}
+    return ServingUpkeep(boot, report, interval_s=interval_s, clock=clock), report, clock  # type: ignore[arg-type]
+
+
+def test_new_or_rewritten_files_count_removed_ones_do_not():
+    before = {"inductor/a.so": (10, 1), "inductor/b.so": (10, 1)}
+    assert changed(None, {})
+    assert not changed(before, dict(before))
+    assert not changed(before, {"inductor/a.so": (10, 1)})  # a publish adds, it never takes away
+    assert changed(before, {**before, "triton/c.cubin": (5, 2)})
+    assert changed(before, {**before, "inductor/a.so": (12, 3)})
+
+
+def test_a_jit_warning_is_counted_and_brings_the_next_look_forward():
+    keeper, report, _ = upkeep()
+    keeper.on_line("INFO unrelated line")
+    assert report["compiled_while_serving"] is None
+    assert keeper._next_look() == 60.0
+    keeper.on_line(JIT)
+    assert report["compiled_while_serving"] == 1 and report["compiled_kernels"] == ["_fwd_kernel_stage1"]
+    assert keeper._next_look() == JIT_SETTLE_S
+
+
+def test_never_two_publishes_closer_than_the_interval():
+    keeper, _, clock = upkeep()
+    keeper._last_publish = clock.now - 10.0
+    keeper.on_line(JIT)
+    assert keeper._next_look() == 50.0  # the interval since the last publish, not the 2 s settle
+    assert not keeper._publish_allowed()
+    clock.now += 50.0
+    assert keeper._publish_allowed()
+
+
+def test_off_publishes_nothing_but_still_renews_the_marker():
+    keeper, _, _ = upkeep(interval_s=0)
+    keeper.on_line(JIT)
+    assert keeper._next_look() == keeper.renew_s > 0
+    assert not keeper._publish_allowed()
