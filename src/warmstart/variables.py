@@ -241,6 +241,7 @@ WRAPPER: tuple[Variable, ...] = (
         "more variables for vLLM's environment, which gets only what vLLM and its libraries read "
         "(see [vLLM's environment](#vllms-environment)): names, or prefixes ending in `*`, comma-separated",
         shown="none",
+        field="vllm_env_pass",
     ),
     Variable(
         "WARMSTART_EXIT_GRACE_S",
