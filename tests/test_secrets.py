@@ -18,7 +18,19 @@ import time
 import urllib.request
 
 from helpers.run import base_env, run_warmstart
-from helpers.sentinels import API_KEY_SENTINEL, SENTINELS, find_sentinels, secret_env
+from helpers.sentinels import (
+    API_KEY_SENTINEL,
+    API_KEY_SENTINEL_2,
+    SENTINELS,
+    WATERMARK_KEY_SENTINEL,
+    WRAPPER_ONLY,
+    environ_of,
+    find_sentinels,
+    group_pids,
+    leaks_into_environ,
+    secret_env,
+)
+from helpers.worker import Worker
 from warmstart.redact import MASK, Redactor
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port
@@ -42,8 +54,27 @@ def test_engine_api_key_comes_from_the_flag_then_the_environment():
     assert from_env({"MODEL_NAME": "a/b"}).engine_api_key is None
 
 
+def test_redactor_masks_every_value_of_api_key_and_a_json_configs_key():
+    extra = (
+        f"--api-key {API_KEY_SENTINEL} {API_KEY_SENTINEL_2} --watermark-config '{{\"key\": {WATERMARK_KEY_SENTINEL}}}'"
+    )
+    redactor = Redactor.from_env({"VLLM_EXTRA_ARGS": extra})
+    argv = [
+        "--api-key",
+        API_KEY_SENTINEL,
+        API_KEY_SENTINEL_2,
+        "--watermark-config",
+        f'{{"key": {WATERMARK_KEY_SENTINEL}}}',
+    ]
+    masked = redactor.argv([*argv, f"--api-key={API_KEY_SENTINEL_2}"])
+    assert masked == ["--api-key", MASK, MASK, "--watermark-config", '{"key": "***"}', f"--api-key={MASK}"]
+    keys = f"['{API_KEY_SENTINEL}', '{API_KEY_SENTINEL_2}']"
+    line = f"args: {{'api_key': {keys}, 'watermark_config': {{'key': {WATERMARK_KEY_SENTINEL}}}}}"
+    assert not any(s in redactor.text(line) for s in (API_KEY_SENTINEL, API_KEY_SENTINEL_2, WATERMARK_KEY_SENTINEL))
+
+
 def test_key_json_holds_no_secret(tmp_path, volume, tiny_model, fake_vllm_python):
-    env = base_env(volume, fake_vllm_python, tmp_path, **secret_env())
+    env = base_env(volume, fake_vllm_python, tmp_path, **secret_env(json_config=True))
     result = run_warmstart(["key", "--json"], env, timeout=60)
     assert result.returncode == 0, result.stderr
     described = json.loads(result.stdout)
@@ -55,17 +86,46 @@ def test_no_secret_in_any_artifact_of_a_boot_and_publish(tmp_path, fake_vllm_pyt
     """Two boots (cold, publishing; then restoring): logs, reports, records and bundles are clean."""
     volume = tmp_path / "volume"
     write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
-    env = base_env(volume, fake_vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=str(tmp_path / "local"), **secret_env())
+    env = base_env(
+        volume,
+        fake_vllm_python,
+        tmp_path,
+        WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
+        **secret_env(json_config=True),
+    )
     runs = [run_warmstart(["boot", "--json"], env, timeout=120) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
-    # The secret did reach the engine's log (so the scan below can fail) and was masked there.
+    # The secrets did reach the engine's log (so the scan below can fail) and were masked there.
     echoed = [line for line in runs[0].stderr.splitlines() if "fake vLLM starting with args" in line]
-    assert echoed and f"--api-key {MASK}" in echoed[0], echoed
+    assert echoed and f"--api-key {MASK} {MASK}" in echoed[0] and '"key": ***' in echoed[0], echoed
     assert json.loads(runs[1].stdout)["staged"]["generation_restored"] == 1
     assert list((volume / "warmstart").rglob("*.tar")), "no bundle was published: nothing to scan"
     texts = {f"run{i}.{k}": getattr(r, k) for i, r in enumerate(runs) for k in ("stdout", "stderr")}
     assert find_sentinels(texts, [volume / "warmstart", tmp_path / "local"]) == []
+
+
+def test_vllms_environment_holds_no_credential_it_does_not_read(tmp_path, volume, tiny_model, fake_vllm_python):
+    """While serving, no process of the engine's group holds AWS_*, RUNPOD_AI_API_KEY, RUNPOD_WEBHOOK_*
+    or any other secret vLLM does not read (/proc/PID/environ); the wrapper holds them all."""
+    worker = Worker(
+        volume, tmp_path, fake_vllm_python, "env", FAKE_VLLM_MODE="ok", FAKE_SERVED=tiny_model.repo_id, **secret_env()
+    )
+    try:
+        worker.wait_serving(timeout=120)
+        pgid = worker.vllm_pgid()
+        assert len(group_pids(pgid)) >= 2, "the engine and its engine-core child"
+        assert leaks_into_environ(pgid) == []
+        engine = environ_of(pgid)
+        assert engine["HF_TOKEN"] == SENTINELS["HF_TOKEN"] and engine["VLLM_API_KEY"] == SENTINELS["VLLM_API_KEY"]
+        assert engine["FAKE_VLLM_MODE"] == "ok"  # WARMSTART_VLLM_ENV="FAKE_*" passes the scripted engine's settings
+        wrapper = environ_of(worker.proc.pid)
+        assert wrapper["AWS_SECRET_ACCESS_KEY"] == SENTINELS["AWS_SECRET_ACCESS_KEY"], "the scan can see an environment"
+        assert wrapper["RUNPOD_WEBHOOK_GET_JOB"] == WRAPPER_ONLY["RUNPOD_WEBHOOK_GET_JOB"]
+        report = worker.runsync({"warmstart": "boot_report"})
+    finally:
+        worker.stop()
+    assert find_sentinels({"boot_report": json.dumps(report), "log": worker.log}, [volume / "warmstart"]) == []
 
 
 def test_handler_passes_the_api_key_that_vllm_demands(tmp_path, fake_vllm_python):

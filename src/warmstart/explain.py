@@ -23,7 +23,8 @@ from .vllm.evidence import flatten
 NEAREST = 3
 
 # Flattened factor name -> what a user knows it as. Anything else keeps its dotted name
-# (flags.X and vllm_env.X become X: the environment variable the user set).
+# (flags.X and vllm_env.X become X: the environment variable the user set; args.X becomes
+# the flag, `--x`, however the user spelled it).
 _LABELS = {
     "model": "MODEL_NAME",
     "revision": "MODEL_REVISION",
@@ -46,6 +47,9 @@ _LABELS = {
 def factor_label(name: str) -> str:
     if name in _LABELS:
         return _LABELS[name]
+    if name.startswith("args."):  # a value vLLM's parser sets: named by its flag
+        dest = name[len("args.") :].split(".", 1)[0]
+        return dest if dest.startswith("-") else "--" + dest.replace("_", "-")
     for prefix in ("flags.", "vllm_env.", "engine."):
         if name.startswith(prefix):
             return name[len(prefix) :]

@@ -8,6 +8,12 @@ variables is vLLM's own compile hash, checked against vLLM in tests/test_vllm_ha
 whatever vLLM hashes is in the key, and what it leaves out (served name, memory fraction,
 port, log level, tokens) stays out, so changing it keeps a worker warm.
 
+Flags enter as the values vLLM's parser sets (vllm/argvalues.py): the engine-flag variables
+and VLLM_EXTRA_ARGS are one argv, read the way vLLM reads it, so `MAX_NUM_SEQS=4`,
+`--max-num-seqs 4` and `--max-num-seqs=4` are one factor, `ENFORCE_EAGER=true|True|1` one
+value, `MAX_MODEL_LEN=0512` the same as 512. Secrets never enter (secrets.py), not even
+hashed: a digest of a short key can be searched.
+
 vLLM has its own compile hash inside the key's directory; ours is coarser on purpose. It
 separates artifacts that must never meet (two GPUs, two vLLM versions) into directories a
 person can read and delete, and it is known before vLLM starts, so the caches can be
@@ -25,11 +31,18 @@ from typing import Any
 
 from .hardware import Hardware
 from .model import ResolvedModel
+from .secrets import MASK, SECRET_JSON_FIELDS
 from .settings import Settings
 from .variables import ENGINE_FLAGS, is_secret_name
 from .vllm.argv import flags, without_flags
+from .vllm.argvalues import dest_of, parsed_values
+from .vllm.engine import engine_flag_args
 from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
 from .vllm.install import EngineInfo
+
+# Engine-flag variables that vLLM leaves out of its hash (`in_key` False): out of the key
+# however they are spelled, like EXTRA_ARGS_NOT_IN_KEY (tests/vllm/test_vllm_hash.py).
+FLAGS_NOT_IN_KEY = frozenset({f.flag for f in ENGINE_FLAGS if not f.in_key and f.flag} | EXTRA_ARGS_NOT_IN_KEY)
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,21 @@ def key_extra_args(extra: tuple[str, ...]) -> list[str]:
     return without_flags(extra, dropped)
 
 
+def key_args(settings: Settings) -> dict[str, Any]:
+    """The flags vLLM will be given (engine-flag variables, then VLLM_EXTRA_ARGS), as the values
+    vLLM's parser sets; serving-only flags and secrets left out, JSON secret fields masked."""
+    argv = [*engine_flag_args(settings), *settings.extra_args]
+    dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or is_secret_name(f)} | FLAGS_NOT_IN_KEY
+    values = parsed_values(argv, dropped)
+    for flag, fields in SECRET_JSON_FIELDS.items():
+        dest = dest_of(flag)
+        if isinstance(values.get(dest), dict):
+            values[dest] = {k: (MASK if k in fields else v) for k, v in values[dest].items()}
+        elif dest in values:  # not a JSON object (vLLM refuses it): the whole value may be the secret
+            values[dest] = MASK
+    return values
+
+
 def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:
     """The variables of vLLM's that it hashes into its own compile cache key, minus secrets.
 
@@ -83,7 +111,6 @@ def derive_key(
     derived_env: Mapping[str, str] | None = None,
 ) -> CacheKey:
     """The key for this boot. `derived_env` holds VLLM_* values warmstart chose (e.g. AOT off on CPU)."""
-    in_key = {f.env for f in ENGINE_FLAGS if f.in_key}
     factors: dict[str, Any] = {
         "model": model.repo_id or str(model.path),
         "revision": model.revision,
@@ -94,8 +121,7 @@ def derive_key(
         # whose WARMSTART_LOCAL_CACHE differs shows it in `observed.engine_argv` when vLLM misses.
         "hardware": hardware.as_dict(),
         "engine": engine.as_dict(),
-        "flags": {env: value for env, value in sorted(settings.engine.items()) if env in in_key},
-        "extra_args": key_extra_args(settings.extra_args),
+        "args": key_args(settings),
         "vllm_env": key_vllm_env({**dict(settings.vllm_env), **dict(derived_env or {})}),
     }
     canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))

@@ -114,11 +114,14 @@ def config_layers(snapshot: Path) -> float | None:
 
 
 def features_of(factors: Mapping[str, Any], model_bytes: float | None, layers: float | None) -> dict[str, float | None]:
-    flags = factors.get("flags") if isinstance(factors.get("flags"), Mapping) else {}
+    flags = (
+        factors.get("flags") if isinstance(factors.get("flags"), Mapping) else {}
+    )  # keys recorded before the `args` factor
+    args = factors.get("args") if isinstance(factors.get("args"), Mapping) else {}
 
     def num(name: str) -> float | None:
         try:
-            return float(flags[name])
+            return float(args[name.lower()] if name.lower() in args else flags[name])
         except (KeyError, TypeError, ValueError):
             return None
 

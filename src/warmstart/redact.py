@@ -3,6 +3,7 @@
 Two layers: values of secret-named variables and flags are masked where they are
 known to be secrets (argv, env dumps), and any known secret value that still appears
 in free text (a vLLM log line, an exception message) is replaced before it is written.
+Which names and flags are secret, and how vLLM reads them, is secrets.py's to say.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 
-from .variables import is_secret_name
+from .secrets import MASK, SECRET_JSON_FIELDS, is_secret_name, secret_env_values, secret_values_in
+from .secrets import without_secret_fields as _without_secret_fields
 from .vllm.argv import parse_argv
 
-MASK = "***"
+__all__ = ["MASK", "Redactor", "secret_flag_values"]
 
 
 def secret_flag_values(args: Iterable[str]) -> list[str]:
-    """The values given to secret-named flags (`--api-key S`, `--hf-token=S`) in an argv."""
-    return [v for o in parse_argv(args) if o.flag is not None and is_secret_name(o.flag) for v in o.values]
+    """The secret values in an argv: every value of a secret flag (`--api-key k1 k2`, `--hf-token=S`)
+    and the secret fields of a JSON-valued flag (`--watermark-config '{"key": ...}'`)."""
+    return secret_values_in((o.flag, o.values) for o in parse_argv(args))
 
 
 class Redactor:
@@ -32,7 +35,7 @@ class Redactor:
     def from_env(cls, env: Mapping[str, str]) -> Redactor:
         """Values of secret-named variables, and of secret-named flags inside VLLM_EXTRA_ARGS
         (`--api-key S`: vLLM prints its non-default args, S included, in its first log line)."""
-        values = [v for k, v in env.items() if is_secret_name(k)]
+        values = secret_env_values(env)
         try:
             extra = shlex.split(env.get("VLLM_EXTRA_ARGS", ""))
         except ValueError:  # unbalanced quotes: settings reports it; mask every word meanwhile
@@ -52,6 +55,9 @@ class Redactor:
         for o in parse_argv(args):
             if o.flag is not None and is_secret_name(o.flag):
                 out += [f"{o.flag}={MASK}"] if o.inline else [o.flag, *(MASK for _ in o.values)]
+            elif o.flag in SECRET_JSON_FIELDS and o.values:
+                masked = _without_secret_fields(o.flag, o.values[0])
+                out += [f"{o.flag}={masked}"] if o.inline else [o.flag, masked]
             else:
                 out += [self.text(token) for token in o.tokens]
         return out

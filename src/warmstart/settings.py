@@ -78,6 +78,7 @@ class Settings:
     s3_region: str | None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
     weights_prefetch: str
     weights_ram_share: float
+    vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
     warnings: tuple[str, ...] = ()
 
     @property

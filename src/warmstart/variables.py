@@ -15,11 +15,11 @@ plus its historical aliases (`MODEL_NAME`, `BASE_PATH`, `HUGGING_FACE_HUB_TOKEN`
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from .limits import LEASE_TTL_S, RUNPOD_INIT_TIMEOUT_S
+from .secrets import is_secret_name as _is_secret_name
 from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 
 Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
@@ -244,6 +244,14 @@ WRAPPER: tuple[Variable, ...] = (
         field="vllm_python",
     ),
     Variable(
+        "WARMSTART_VLLM_ENV",
+        "str",
+        "more variables for vLLM's environment, which gets only what vLLM and its libraries read "
+        "(see [vLLM's environment](#vllms-environment)): names, or prefixes ending in `*`, comma-separated",
+        shown="none",
+        field="vllm_env_pass",
+    ),
+    Variable(
         "WARMSTART_EXIT_GRACE_S",
         "float",
         "after vLLM dies: seconds to answer jobs with the error before exiting",
@@ -392,9 +400,6 @@ _WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
 # tokenizer, and HF_HUB_OFFLINE, which the engine environment sets anyway.
 WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - {v.env for v in VARIABLES if v.to_vllm}
 
-# A name whose last word is one of these holds a secret (HF_TOKEN, VLLM_API_KEY, --hf-token).
-_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", re.I)
-
 
 def is_vllm_variable(name: str) -> bool:
     """A variable vLLM reads (and may hash): VLLM_*, or one of its unprefixed names."""
@@ -402,5 +407,6 @@ def is_vllm_variable(name: str) -> bool:
 
 
 def is_secret_name(name: str) -> bool:
-    """True for a variable or flag name whose value must never be printed."""
-    return bool(_SECRET_NAME.search(name.lstrip("-").replace("-", "_"))) or name in SECRET_VARIABLES
+    """True for a variable or flag name whose value must never be printed (secrets.py's rule, plus the
+    variables this table marks `secret`)."""
+    return _is_secret_name(name) or name in SECRET_VARIABLES

@@ -41,6 +41,8 @@ def base_env(volume: Path, python: str, home: Path, **extra: str) -> dict[str, s
         "RUNPOD_VOLUME_PATH": str(volume),
         "WARMSTART_VLLM_PYTHON": python,
         "VLLM_STARTUP_TIMEOUT": "600",
+        # The scripted engine's settings: vLLM's environment gets only what vLLM reads, plus these.
+        "WARMSTART_VLLM_ENV": "FAKE_*",
     }
     env.update(extra)
     return env

