@@ -104,7 +104,8 @@ class S3Store(BundleStore):
         return f"{self.root}/{rel}"
 
     def call(self, operation: str, **kwargs: Any) -> Any:
-        """One S3 request; botocore's failures become FileNotFoundError, StoreUnavailable or StoreError."""
+        """One S3 request; botocore's failures become FileNotFoundError, StoreUnavailable or StoreError.
+        `read=True`: the body is read as well (retried when cut), its bytes in `Data`."""
         return call(self.client, self.bucket, operation, url=self.url.url, **kwargs)
 
     # ------------------------------------------------------------------ BundleStore
@@ -134,7 +135,7 @@ class S3Store(BundleStore):
             token = page.get("NextContinuationToken")
 
     def read(self, rel: str) -> bytes:
-        return self.call("get_object", Key=self._key(rel))["Body"].read()
+        return self.call("get_object", Key=self._key(rel), read=True)["Data"]
 
     def write(self, rel: str, data: bytes) -> None:
         self.call("put_object", Key=self._key(rel), Body=data, ContentMD5=content_md5(data))
@@ -218,8 +219,7 @@ class S3Store(BundleStore):
 
         def fetch(span: tuple[int, int]) -> bytes:
             try:
-                body = self.call("get_object", Key=key, Range=f"bytes={span[0]}-{span[1]}")["Body"]
-                data = body.read()
+                data = self.call("get_object", Key=key, Range=f"bytes={span[0]}-{span[1]}", read=True)["Data"]
             except FileNotFoundError:
                 raise StoreError(f"bundle {ref.name} is missing", ref.name) from None
             except StoreUnavailable:
@@ -325,11 +325,11 @@ class S3Lease(Lease):
     def _read(self) -> tuple[dict[str, Any] | None, str | None, bool]:
         """(content, etag, exists)."""
         try:
-            response = self.store.call("get_object", Key=self.store._key(LEASE))
+            response = self.store.call("get_object", Key=self.store._key(LEASE), read=True)
         except FileNotFoundError:
             return None, None, False
         try:
-            data = json.loads(response["Body"].read())
+            data = json.loads(response["Data"])
         except ValueError:
             data = None
         return (data if isinstance(data, dict) else None), response.get("ETag"), True

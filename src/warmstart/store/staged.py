@@ -116,7 +116,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     unregistered = False
     try:
         numbers = store.generation_numbers()
-    except StoreUnavailable as exc:
+    except (StoreError, OSError) as exc:  # nothing can be known about a store that cannot be listed
         numbers, unavailable = [], True
         problems.append(str(exc))
     for number in reversed(numbers):
@@ -134,7 +134,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
         registration = None
         try:
             registration = _register_reader(store, reader, gen, ttl_s)
-        except (OSError, StoreUnavailable) as exc:
+        except (OSError, StoreError) as exc:
             # A read-only or full volume, or read-only credentials, can still be read: restore
             # unregistered (a registration only delays garbage collection; a bundle that a collector
             # removes meanwhile fails its check and the next generation is tried). An unreachable
@@ -354,12 +354,28 @@ class GarbagePlan:
     temporaries: tuple[str, ...]  # abandoned temporaries and expired reader registrations
 
     def execute(self, store: BundleStore) -> None:
-        for name in self.generations:
-            store.remove(f"{GENERATIONS}/{name}")
-        for name in self.bundles:
-            store.remove(f"{BUNDLES}/{name}")
+        """Remove each entry; one that fails does not stop the others, except that no bundle is
+        removed after a generation could not be (that generation may still reference it).
+        Raises StoreError naming the failures once every possible step ran."""
+        failed: list[str] = []
+
+        def remove(rel: str) -> bool:
+            try:
+                store.remove(rel)
+                return True
+            except (OSError, StoreError) as exc:
+                failed.append(f"{rel}: {exc}")
+                return False
+
+        generations_gone = all([remove(f"{GENERATIONS}/{name}") for name in self.generations])
+        if generations_gone:
+            for name in self.bundles:
+                remove(f"{BUNDLES}/{name}")
         for rel in self.temporaries:
-            store.remove(rel)
+            remove(rel)
+        if failed:
+            kept = "" if generations_gone else " (no bundle removed: a generation could not be)"
+            raise StoreError(f"{len(failed)} removal(s) failed{kept}: {failed[0]}")
 
 
 def collect_garbage(store: BundleStore, *, ttl_s: float, keep: int = KEEP_GENERATIONS) -> GarbagePlan:
@@ -393,5 +409,10 @@ def collect_garbage(store: BundleStore, *, ttl_s: float, keep: int = KEEP_GENERA
         # Unreferenced and old: young ones may belong to a publish that is about to create its generation.
         if not name.startswith(".") and name not in referenced and age > ttl_s
     ]
-    temporaries += store.abandoned(ttl_s)
+    try:
+        temporaries += store.abandoned(ttl_s)
+    except StoreUnavailable:
+        raise
+    except (OSError, StoreError) as exc:  # e.g. a store without ListMultipartUploads: the rest still runs
+        log.warning("warmstart | gc       | %s: abandoned uploads not listed (%s)", store.location, exc)
     return GarbagePlan(tuple(gen_name(n) for n in remove_gens), tuple(sorted(bundles)), tuple(temporaries))
