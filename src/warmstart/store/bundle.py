@@ -97,7 +97,7 @@ class Generation:
                 for p, v in data["files"].items()
             }
             if not all(safe_relpath(p) for p in files):
-                raise StoreError("a file path in the index leaves the cache directory")
+                raise StoreError("a file path in the index leaves the cache directory or is no file name")
             names = {b.name for b in bundles}
             if any(f.bundle not in names for f in files.values()):
                 raise StoreError("a file names a bundle the generation does not list")
@@ -228,8 +228,14 @@ def per_layer(paths: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
 
 
 def safe_relpath(rel: str) -> bool:
-    """A relative path that stays inside the directory it is joined to."""
+    """A relative path that stays inside the directory it is joined to, and that a file system takes."""
     parts = rel.split("/")
+    if "\0" in rel:  # no file system takes it: mkdir raises ValueError
+        return False
+    try:
+        rel.encode("utf-8")  # a lone surrogate (JSON can spell one) cannot be a file name either
+    except UnicodeEncodeError:
+        return False
     return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 

@@ -155,7 +155,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
             shutil.rmtree(staging, ignore_errors=True)
             unavailable = True
             break
-        except (StoreError, OSError) as exc:
+        except (StoreError, OSError, ValueError) as exc:  # ValueError: a name no file system takes
             problems.append(f"generation {number}: {exc}")
             if isinstance(exc, StoreError) and exc.bundle:
                 bad.append(exc.bundle)
