@@ -152,3 +152,17 @@ def test_a_boot_through_a_throttling_store_goes_on_cold(
     assert report["staged"]["s3"]["publish"]["status"] == "failed"
     warnings = [line for line in result.stderr.splitlines() if "s3 store unavailable" in line]
     assert len(warnings) == 1 and "SlowDown" in warnings[0], result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("skew_s", [-86400.0, 86400.0])
+def test_an_s3_lease_lives_by_the_stores_clock(endpoint, bucket, skew_s):
+    """Written by a host whose clock is a day off, by a process elsewhere: it holds while fresh by
+    LastModified against the store's Date, and goes stale once not renewed for its TTL."""
+    store = s3_store(endpoint, bucket, conditional=True)
+    assert store.lease("skewed", 60).try_acquire()
+    data = json.loads(store.read("publish.lease"))
+    data.update(expires=data["expires"] + skew_s, host="elsewhere", machine="elsewhere", ttl_s=2)
+    store.write("publish.lease", json.dumps(data).encode())
+    assert not store.lease("here", 60).try_acquire()
+    time.sleep(3.2)
+    assert store.lease("here", 60).try_acquire()

@@ -321,13 +321,15 @@ class S3Lease(Lease):
         self.holder = holder
         self.ttl_s = ttl_s
         self.held = False
+        self._age: float | None = None
 
     def _read(self) -> tuple[dict[str, Any] | None, str | None, bool]:
-        """(content, etag, exists)."""
+        """(content, etag, exists). The lease's age on the store's clock is kept for `_stale`."""
         try:
             response = self.store.call("get_object", Key=self.store._key(LEASE), read=True)
         except FileNotFoundError:
             return None, None, False
+        self._age = _age_on_store_clock(response)
         try:
             data = json.loads(response["Data"])
         except ValueError:
@@ -335,7 +337,17 @@ class S3Lease(Lease):
         return (data if isinstance(data, dict) else None), response.get("ETag"), True
 
     def _stale(self, data: dict[str, Any] | None) -> bool:
-        return data is None or lease_expired(data)
+        return data is None or lease_expired(data, self._age)
+
+    def renew(self) -> None:
+        if not self.held:
+            return
+        data, etag, _ = self._read()
+        if (data or {}).get("holder") != self.holder:
+            return
+        payload = json.dumps(lease_payload(self.holder, self.ttl_s)).encode()
+        conditional = {"IfMatch": etag} if self.store.conditional_writes() and etag else {}
+        self.store.call("put_object", Key=self.store._key(LEASE), Body=payload, **conditional)
 
     def try_acquire(self) -> bool:
         payload = json.dumps(lease_payload(self.holder, self.ttl_s)).encode()
@@ -378,6 +390,17 @@ class S3Lease(Lease):
         data, _, _ = self._read()
         if data is not None and data.get("holder") == self.holder:
             self.store.remove(LEASE)
+
+
+def _age_on_store_clock(response: dict[str, Any]) -> float | None:
+    """Now (the response's Date) minus LastModified: both the store's clock, whatever this one says."""
+    from email.utils import parsedate_to_datetime
+
+    try:
+        date = response["ResponseMetadata"]["HTTPHeaders"]["date"]
+        return parsedate_to_datetime(date).timestamp() - response["LastModified"].timestamp()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def open_store(url: str, endpoint_url: str | None, region: str | None, key: str, *, spool_dir: Path) -> S3Store:

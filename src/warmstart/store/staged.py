@@ -375,14 +375,15 @@ def publish(
     if not got:
         return PublishResult("skipped", detail="another worker holds the publish lease")
     try:
-        step("publish:lease_held")
-        plan = plan_publish(store, local, distrust=distrust)
-        result = execute_publish(store, local, plan, publisher=publisher)
-        try:
-            collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
-        except (OSError, StoreError) as exc:
-            log.warning("warmstart | publish  | garbage collection failed: %s", exc)
-        step("publish:collected")
+        with lease.renewed(lease_ttl_s / 3):  # an upload longer than the TTL keeps the lease
+            step("publish:lease_held")
+            plan = plan_publish(store, local, distrust=distrust)
+            result = execute_publish(store, local, plan, publisher=publisher)
+            try:
+                collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
+            except (OSError, StoreError) as exc:
+                log.warning("warmstart | publish  | garbage collection failed: %s", exc)
+            step("publish:collected")
         return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
         reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
