@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import os
 import random
 import subprocess
 import sys
@@ -57,6 +59,7 @@ class Faults:
     rate: float = 0.0
     cut_bytes: int = 64 * 1024
     seed: int = 0
+    stats: str = ""  # a JSON file kept up to date with the counts (for `bench chaos`)
     requests: int = 0
     injected: dict[str, int] = field(default_factory=dict)
 
@@ -74,6 +77,11 @@ class Faults:
             return None
         kind = self.random.choice(kinds)
         self.injected[kind] = self.injected.get(kind, 0) + 1
+        if self.stats:
+            tmp = f"{self.stats}.tmp"
+            with open(tmp, "w") as handle:
+                json.dump({"requests": self.requests, "injected": self.injected}, handle)
+            os.replace(tmp, self.stats)
         return kind
 
 
@@ -203,6 +211,7 @@ def throttled(
     rate: float = 0.0,
     cut_bytes: int = 64 * 1024,
     seed: int = 0,
+    stats: str = "",
 ) -> Iterator[str]:
     """Yield a URL that reaches `upstream_url` (http://127.0.0.1:PORT) through the proxy."""
     from warmstart.vllm.engine import free_port
@@ -214,7 +223,7 @@ def throttled(
     args = ["--listen", str(port), "--upstream", str(upstream), "--latency-ms", str(latency_ms), "--mbps", str(mbps)]
     if fault:
         args += ["--fault", fault, "--every", str(every), "--rate", str(rate), "--cut-bytes", str(cut_bytes)]
-        args += ["--seed", str(seed)]
+        args += ["--seed", str(seed), *(["--stats", stats] if stats else [])]
     proc = subprocess.Popen([sys.executable, "-m", "warmstart_dev.throttle", *args])
     with serving(proc, port, "throttle proxy") as url:
         yield url
@@ -231,11 +240,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.0, help="else fault this share of requests")
     parser.add_argument("--cut-bytes", type=int, default=64 * 1024)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stats", default="", help="keep the fault counts in this JSON file")
     args = parser.parse_args()
     kinds = tuple(k for k in args.fault.split(",") if k)
     if unknown := set(kinds) - set(FAULTS):
         parser.error(f"unknown fault(s): {', '.join(sorted(unknown))}")
-    faults = Faults(kinds, args.every, args.rate, args.cut_bytes, args.seed)
+    faults = Faults(kinds, args.every, args.rate, args.cut_bytes, args.seed, args.stats)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.listen, args.upstream, args.latency_ms, args.mbps, faults))
 
