@@ -39,6 +39,7 @@ from typing import Any
 FAULTS = "slowdown,cut,refuse"
 KEY = "chaos-key"
 GC_TTL_S = 30.0  # bundles younger than this are never collected (a publish may be about to index them)
+READER_TTL_S = 60.0  # a killed worker's reader registration protects its generation this long
 
 
 # --------------------------------------------------------------------------- the worker (a process)
@@ -104,7 +105,7 @@ def run_worker(config: dict[str, Any]) -> None:
     if rng.random() < 0.3:
         tiers = tiers[1:]  # a worker in another datacenter: the S3 store only
     _journal(journal, {"event": "boot", "who": who, "tiers": [t.kind for t in tiers]})
-    restored = restore_tiers(tiers, local, reader=who, ttl_s=1800)
+    restored = restore_tiers(tiers, local, reader=who, ttl_s=READER_TTL_S)
     finished = finished_digests(journal)
     bad = []
     for path in local.rglob("*"):
@@ -171,7 +172,10 @@ def check_tier(
 
     violations = []
     newest = None
-    for number in store.generation_numbers():
+    numbers = store.generation_numbers()
+    for number in numbers:
+        if verified is not None and (store.kind, number) in verified and number != numbers[-1]:
+            continue  # immutable and verified already: only the newest is read again (for the union)
         try:
             gen = store.load(number)
         except FileNotFoundError:
