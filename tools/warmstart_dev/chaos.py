@@ -304,6 +304,24 @@ def bench_chaos(
                     shutil.rmtree(workdir / "local" / f"r{round_no}w{w}", ignore_errors=True)
                 found = check_round(direct, journal, workdir / "scratch", verified)
                 all_violations += [f"round {round_no}: {v}" for v in found]
+                progress = _summary(
+                    journal, stats, round_no + 1, workers, kills, fault_rate, all_violations, time.monotonic() - start
+                )
+                (workdir / "progress.tmp").write_text(json.dumps(progress))
+                (workdir / "progress.tmp").replace(workdir / "progress.json")  # the figures so far, every round
+    return _summary(journal, stats, rounds, workers, kills, fault_rate, all_violations, time.monotonic() - start)
+
+
+def _summary(
+    journal: Path,
+    stats: Path,
+    rounds: int,
+    workers: int,
+    kills: int,
+    fault_rate: float,
+    violations: list[str],
+    seconds: float,
+) -> dict[str, Any]:
     records = _records(journal)
     events = Counter(r.get("event") for r in records)
     publishes = Counter(f"{r['tier']}:{r['status']}" for r in records if r.get("event") == "publish")
@@ -312,7 +330,7 @@ def bench_chaos(
         faults = json.loads(stats.read_text())
     except (OSError, ValueError):
         faults = {"requests": 0, "injected": {}}
-    unique = sorted(set(all_violations))
+    unique = sorted(set(violations))
     return {
         "benchmark": "chaos",
         "rounds": rounds,
@@ -327,7 +345,7 @@ def bench_chaos(
         "gc_failures": events["gc_failed"],
         "violations": len(unique),
         "violation_examples": unique[:10],
-        "seconds": round(time.monotonic() - start, 1),
+        "seconds": round(seconds, 1),
     }
 
 
