@@ -119,8 +119,20 @@ def pack_bundle(
     return Packed(hashing.size, digest.hexdigest(), packed, tuple(unstable))
 
 
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
+
+
 def file_sha256(path: Path) -> str | None:
-    """A file's SHA-256 (None if it is gone): whether a file rewritten in place holds other bytes."""
+    """A file's SHA-256 (None if it is gone): whether a file rewritten in place holds other bytes.
+    Remembered per (path, size, mtime, inode), so that a serving worker's periodic publishes hash
+    a file that another worker also compiled once, not at every publish."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:
@@ -128,6 +140,8 @@ def file_sha256(path: Path) -> str | None:
                 digest.update(chunk)
     except FileNotFoundError:
         return None
+    if os.stat(path).st_mtime_ns == st.st_mtime_ns:  # not changed while it was read
+        _DIGESTS[key] = digest.hexdigest()
     return digest.hexdigest()
 
 
