@@ -15,7 +15,20 @@ import pytest
 
 from helpers.run import REPO, WARMSTART
 
-DEV_NAMES = ("warmstart_dev", "bench", "slowfs", "testmodel", "scriptedengine", "throttle", "s3server", "gpucheck")
+DEV_NAMES = (
+    "warmstart_dev",
+    "bench",
+    "slowfs",
+    "testmodel",
+    "scriptedengine",
+    "throttle",
+    "s3server",
+    "gpucheck",
+    "chaos",
+    "imagecheck",
+    "fakehub",
+    "flagtable",
+)
 DEV_COMMANDS = ("testmodel", "bench")
 USER_COMMANDS = ("key", "boot", "serve", "fetch", "report", "ls", "explain", "gc", "timeline", "predict")
 

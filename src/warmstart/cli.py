@@ -40,7 +40,9 @@ def cmd_key(args: argparse.Namespace) -> int:
     from warmstart.plan import plan_boot
 
     settings = _settings(args)
-    plan = plan_boot(settings, no_download_reason="`warmstart key` downloads nothing; run `warmstart fetch`")
+    plan = plan_boot(
+        settings, no_download_reason="`warmstart key` downloads nothing; run `warmstart fetch`", write=False
+    )
     described = plan.describe(Redactor.from_env(os.environ))
     if args.json:
         print(json.dumps(described, indent=2))

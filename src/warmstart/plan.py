@@ -129,10 +129,11 @@ def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[
     )
 
 
-def plan_boot(settings: Settings, *, no_download_reason: str | None = None) -> BootPlan:
-    """Resolve the model, probe the engine and hardware, derive the key, place the caches, open the tiers."""
+def plan_boot(settings: Settings, *, no_download_reason: str | None = None, write: bool = True) -> BootPlan:
+    """Resolve the model, probe the engine and hardware, derive the key, place the caches, open the tiers.
+    `write=False`: nothing is written to the volume (`warmstart key`)."""
     t0 = time.monotonic()
-    volume = probe_volume(settings)
+    volume = probe_volume(settings, write=write)
     if volume.read_only is not None:
         log.warning("warmstart | volume   | %s", volume.warnings[0])
     elif not volume.layout.on_volume:

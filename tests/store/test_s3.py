@@ -168,10 +168,12 @@ def test_the_lease_is_exclusive_and_expires(client, bucket, conditional):
     first.release()
     assert not store.exists("publish.lease")
     assert second.try_acquire()
-    # A holder that died elsewhere loses the lease when it expires.
+    # A holder that died elsewhere loses the lease once not renewed for its TTL, on the store's clock.
     data = json.loads(store.read("publish.lease"))
-    data.update(expires=0, host="elsewhere")
+    data.update(ttl_s=1, host="elsewhere", machine="elsewhere")
     store.write("publish.lease", json.dumps(data).encode())
+    assert not store.lease("c", 60).try_acquire()
+    time.sleep(2.2)  # LastModified and Date: whole seconds
     third = store.lease("c", 60)
     assert third.try_acquire()
     assert json.loads(store.read("publish.lease"))["holder"] == "c"

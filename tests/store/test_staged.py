@@ -127,10 +127,13 @@ def test_lease_is_exclusive_and_expires(store):
     assert not second.try_acquire()
     first.release()
     assert second.try_acquire()
-    # A holder that died (its lease expired) loses it.
+    # A holder elsewhere that died loses it once not renewed for its TTL, on the volume's clock.
     data = json.loads(store.lease_path.read_text())
-    data.update(expires=time.time() - 1, host="elsewhere")
+    data.update(host="elsewhere", machine="elsewhere")
     store.lease_path.write_text(json.dumps(data))
+    assert not PublishLease(store, "c").try_acquire()
+    past = time.time() - 61
+    os.utime(store.lease_path, (past, past))
     assert PublishLease(store, "c").try_acquire()
 
 

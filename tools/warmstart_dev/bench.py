@@ -182,6 +182,17 @@ def main(args: argparse.Namespace) -> int:
         from .s3bench import bench_s3
 
         result = bench_s3(Path(args.workdir).resolve(), latency_ms=args.latency_ms, mbps=args.mbps, server=args.server)
+    elif args.bench == "chaos":
+        from .chaos import bench_chaos
+
+        result = bench_chaos(
+            Path(args.workdir).resolve(),
+            rounds=args.rounds,
+            workers=args.workers,
+            fault_rate=args.fault_rate,
+            kill_rate=args.kill_rate,
+            seed=args.seed,
+        )
     elif args.bench == "predict":
         from .predictbench import bench_predict
 

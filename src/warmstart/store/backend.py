@@ -13,10 +13,12 @@ the key's staged root and keep the volume's layout in every store:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import socket
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -49,23 +51,63 @@ def step(name: str) -> None:
             time.sleep(0.05)
 
 
+def machine_id() -> str:
+    """This kernel and pid namespace: where a pid names one process. Containers sharing a
+    hostname (host networking) or a machine have other pid namespaces; another machine has
+    another boot id."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = socket.gethostname()
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = "?"
+    return f"{boot}/{namespace}"
+
+
 def lease_payload(holder: str, ttl_s: float) -> dict[str, Any]:
-    """What a lease holds, in every store: who, where, until when."""
-    return {"holder": holder, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
+    """What a lease holds, in every store: who, where (machine and pid namespace), for how long.
+    `expires` is the writer's clock, for people and for readers of old leases only: liveness is
+    judged on the store's clock (`lease_expired`)."""
+    return {
+        "holder": holder,
+        "host": socket.gethostname(),
+        "machine": machine_id(),
+        "pid": os.getpid(),
+        "ttl_s": ttl_s,
+        "expires": time.time() + ttl_s,
+    }
 
 
-def lease_expired(data: dict[str, Any]) -> bool:
-    """A lease past its expiry, or held by a process on this machine that is gone (killed)."""
-    if float(data.get("expires", 0)) < time.time():
+def process_gone(data: dict[str, Any]) -> bool:
+    """The writer's process is known to be gone: it ran in this pid namespace of this machine,
+    and its pid runs no more. Anywhere else nothing is known (a shared hostname proves nothing)."""
+    if data.get("machine") != machine_id():
+        return False
+    try:
+        os.kill(int(data.get("pid", 0)), 0)
+    except ProcessLookupError:
         return True
-    if data.get("host") == socket.gethostname():
-        try:
-            os.kill(int(data.get("pid", 0)), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
+    except (PermissionError, ValueError, TypeError, OverflowError):
+        return False
     return False
+
+
+def lease_expired(data: dict[str, Any], age_s: float | None = None) -> bool:
+    """A lease not written or renewed for its TTL, `age_s` measured on the store's clock (a
+    volume file's mtime against the volume's now, S3's LastModified against its Date), or
+    whose process is known to be gone. Without an age (or a TTL: an old lease), the writer's
+    `expires`, on this machine's clock."""
+    if process_gone(data):
+        return True
+    ttl = data.get("ttl_s")
+    if age_s is not None and isinstance(ttl, (int, float)):
+        return age_s > float(ttl)
+    try:
+        return float(data.get("expires", 0)) < time.time()
+    except (TypeError, ValueError):
+        return True
 
 
 class Lease(ABC):
@@ -82,6 +124,30 @@ class Lease(ABC):
     def current_holder(self) -> str | None:
         """Who holds the lease now, for the log line of a worker that waits for it (None: unknown)."""
         return None
+
+    def renew(self) -> None:
+        """Held: write the lease again, so that its age on the store's clock starts anew."""
+        return None
+
+    @contextlib.contextmanager
+    def renewed(self, every_s: float) -> Iterator[None]:
+        """Renew the lease every `every_s` on a thread while the block runs (a long upload)."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(every_s):
+                try:
+                    self.renew()
+                except (OSError, StoreError) as exc:
+                    log.warning("warmstart | publish  | could not renew the lease: %s", exc)
+
+        thread = threading.Thread(target=run, name="lease-renewal", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def acquire(self, wait_s: float, poll_s: float = 1.0) -> bool:
         deadline = time.monotonic() + wait_s

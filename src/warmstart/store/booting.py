@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .backend import machine_id, process_gone
 from .history import read_json, write_json_atomic
 from .layout import VolumeLayout
 
@@ -34,19 +35,14 @@ class BootMarker:
     pid: int
     expires: float
     state: str = "booting"  # or "serving"
+    machine: str = ""  # backend.machine_id() of the writer: boot id and pid namespace
 
     def live(self, at: float | None = None) -> bool:
         """Not expired, and (on this machine) its process still runs."""
         if self.expires < (time.time() if at is None else at):
             return False
-        if self.host == socket.gethostname():
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-        return True
+        # Its process is known gone only in its own pid namespace of its machine (not by hostname).
+        return not process_gone({"machine": self.machine, "pid": self.pid})
 
 
 def booting_dir(layout: VolumeLayout) -> Path:
@@ -66,7 +62,8 @@ def write_boot_marker(
     """Say on the volume that `worker` is booting (or serving) `key` (from that model snapshot)
     until `ttl_s` from now. Atomic: a half-written marker would protect nothing."""
     path = booting_dir(layout) / f"{worker}.json"
-    data = {"key": key, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
+    data = {"key": key, "host": socket.gethostname(), "machine": machine_id(), "pid": os.getpid()}
+    data["expires"] = time.time() + ttl_s
     write_json_atomic(path, {**data, "model": model, "revision": revision, "state": state})
     return path
 
@@ -92,6 +89,7 @@ def read_boot_markers(layout: VolumeLayout, warnings: list[str] | None = None) -
                     int(data["pid"]),
                     float(data["expires"]),
                     str(data.get("state") or "booting"),
+                    str(data.get("machine", "")),
                 )
             )
         except (AssertionError, KeyError, TypeError, ValueError):

@@ -14,7 +14,6 @@ import hashlib
 import io
 import os
 import queue
-import tarfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -61,6 +60,7 @@ class FileEntry:
     size: int
     mtime_ns: int
     bundle: str  # the bundle that holds this version of the file
+    sha256: str = ""  # of the bytes packed ("" in generations written before it was recorded)
 
 
 @dataclass(frozen=True)
@@ -82,16 +82,22 @@ class Generation:
             "created": self.created,
             "publisher": self.publisher,
             "bundles": [asdict(b) for b in self.bundles],
-            "files": {path: [f.size, f.mtime_ns, f.bundle] for path, f in sorted(self.files.items())},
+            "files": {
+                path: [f.size, f.mtime_ns, f.bundle, *([f.sha256] if f.sha256 else [])]
+                for path, f in sorted(self.files.items())
+            },
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Generation:
         try:
             bundles = tuple(BundleRef(**b) for b in data["bundles"])
-            files = {p: FileEntry(int(v[0]), int(v[1]), str(v[2])) for p, v in data["files"].items()}
+            files = {
+                p: FileEntry(int(v[0]), int(v[1]), str(v[2]), str(v[3]) if len(v) > 3 else "")
+                for p, v in data["files"].items()
+            }
             if not all(safe_relpath(p) for p in files):
-                raise StoreError("a file path in the index leaves the cache directory")
+                raise StoreError("a file path in the index leaves the cache directory or is no file name")
             names = {b.name for b in bundles}
             if any(f.bundle not in names for f in files.values()):
                 raise StoreError("a file names a bundle the generation does not list")
@@ -222,8 +228,14 @@ def per_layer(paths: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
 
 
 def safe_relpath(rel: str) -> bool:
-    """A relative path that stays inside the directory it is joined to."""
+    """A relative path that stays inside the directory it is joined to, and that a file system takes."""
     parts = rel.split("/")
+    if "\0" in rel:  # no file system takes it: mkdir raises ValueError
+        return False
+    try:
+        rel.encode("utf-8")  # a lone surrogate (JSON can spell one) cannot be a file name either
+    except UnicodeEncodeError:
+        return False
     return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
@@ -325,42 +337,6 @@ def extract_bundle(chunks: Iterator[bytes], ref: BundleRef, gen: Generation, des
     if written != len(wanted):
         raise StoreError(f"bundle {ref.name} holds {written} of the {len(wanted)} files its generation lists", ref.name)
     return written
-
-
-# --------------------------------------------------------------------------- writing a bundle
-
-
-def pack_bundle(local: Path, files: Iterable[str], sink: BinaryIO) -> tuple[int, str]:
-    """Write the files (relative to `local`) as a GNU tar stream into `sink`, hashing every
-    byte on its way out. Returns (size, sha256 hex). Owner names and ids are left out: a
-    bundle is the same wherever it was packed."""
-    digest = hashlib.sha256()
-
-    class Hashing(io.RawIOBase):
-        def __init__(self) -> None:
-            self.size = 0
-
-        def writable(self) -> bool:
-            return True
-
-        def write(self, data: Any) -> int:
-            digest.update(data)
-            self.size += len(data)
-            sink.write(data)  # a buffered sink: it takes all of it
-            return len(data)
-
-    hashing = Hashing()
-    buffered = io.BufferedWriter(hashing, CHUNK)
-    with tarfile.open(fileobj=buffered, mode="w|", format=tarfile.GNU_FORMAT, bufsize=1 << 20) as tar:
-        for rel in sorted(files):
-            path = local / rel
-            info = tar.gettarinfo(str(path), arcname=rel)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            with open(path, "rb") as handle:
-                tar.addfile(info, handle)
-    buffered.flush()
-    return hashing.size, digest.hexdigest()
 
 
 def bundle_name(sha256: str, unique: str) -> str:

@@ -212,7 +212,25 @@ class PublishLease(Lease):
                 return now() - self.store.lease_path.stat().st_mtime > 5.0
             except OSError:
                 return True
-        return lease_expired(data)
+        return lease_expired(data, self._age())
+
+    def _age(self) -> float | None:
+        """How long ago the lease file was written or renewed, on the volume's clock: its mtime
+        against that of a file created now (None where nothing can be created: a read-only volume)."""
+        clock = self.store.root / f".clock-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            written = self.store.lease_path.stat().st_mtime
+            os.close(os.open(clock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            try:
+                return os.stat(clock).st_mtime - written
+            finally:
+                os.unlink(clock)
+        except OSError:
+            return None
+
+    def renew(self) -> None:
+        if self.held and (self._read() or {}).get("holder") == self.holder:
+            os.utime(self.store.lease_path)  # the volume's now (an NFS server sets its own time)
 
     def is_live(self) -> bool:
         """Someone holds the lease now: it exists and has neither expired nor lost its process."""

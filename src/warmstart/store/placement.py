@@ -10,6 +10,7 @@ volume holds generations) are passed in, so every case is a test of plain values
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +57,30 @@ def place_volume(settings: Settings, *, mounted: bool, not_writable: str | None)
     )
 
 
-def probe_volume(settings: Settings) -> VolumePlace:
-    """`place_volume` with the probes run: is the volume mounted, and may it be written to."""
+def probe_volume(settings: Settings, *, write: bool = True) -> VolumePlace:
+    """`place_volume` with the probes run: is the volume mounted, and may it be written to. With
+    `write=False` (`warmstart key`, which writes nothing) writability is judged without a probe file."""
     layout = choose_layout(settings.volume, settings.local_cache_dir)
-    why = probe_writable(layout.warmstart_dir) if layout.on_volume else None
+    probe = probe_writable if write else judge_writable
+    why = probe(layout.warmstart_dir) if layout.on_volume else None
     return place_volume(settings, mounted=layout.on_volume, not_writable=why)
+
+
+def judge_writable(directory: Path) -> str | None:
+    """None if `directory` (or the nearest folder above it that exists) looks writable, else why
+    not: a read-only mount (statvfs), or no write permission. Writes nothing, so it can be wrong
+    where only trying tells (a full volume); the boot itself tries (`probe_writable`)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if os.statvfs(existing).f_flag & os.ST_RDONLY:
+            return f"{existing}: read-only file system"
+    except OSError as exc:
+        return f"{existing}: {exc.strerror or exc}"
+    if not os.access(existing, os.W_OK):
+        return f"{existing}: permission denied"
+    return None
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,8 @@ class S3Store(BundleStore):
         return f"{self.root}/{rel}"
 
     def call(self, operation: str, **kwargs: Any) -> Any:
-        """One S3 request; botocore's failures become FileNotFoundError, StoreUnavailable or StoreError."""
+        """One S3 request; botocore's failures become FileNotFoundError, StoreUnavailable or StoreError.
+        `read=True`: the body is read as well (retried when cut), its bytes in `Data`."""
         return call(self.client, self.bucket, operation, url=self.url.url, **kwargs)
 
     # ------------------------------------------------------------------ BundleStore
@@ -134,7 +135,7 @@ class S3Store(BundleStore):
             token = page.get("NextContinuationToken")
 
     def read(self, rel: str) -> bytes:
-        return self.call("get_object", Key=self._key(rel))["Body"].read()
+        return self.call("get_object", Key=self._key(rel), read=True)["Data"]
 
     def write(self, rel: str, data: bytes) -> None:
         self.call("put_object", Key=self._key(rel), Body=data, ContentMD5=content_md5(data))
@@ -218,8 +219,7 @@ class S3Store(BundleStore):
 
         def fetch(span: tuple[int, int]) -> bytes:
             try:
-                body = self.call("get_object", Key=key, Range=f"bytes={span[0]}-{span[1]}")["Body"]
-                data = body.read()
+                data = self.call("get_object", Key=key, Range=f"bytes={span[0]}-{span[1]}", read=True)["Data"]
             except FileNotFoundError:
                 raise StoreError(f"bundle {ref.name} is missing", ref.name) from None
             except StoreUnavailable:
@@ -321,21 +321,33 @@ class S3Lease(Lease):
         self.holder = holder
         self.ttl_s = ttl_s
         self.held = False
+        self._age: float | None = None
 
     def _read(self) -> tuple[dict[str, Any] | None, str | None, bool]:
-        """(content, etag, exists)."""
+        """(content, etag, exists). The lease's age on the store's clock is kept for `_stale`."""
         try:
-            response = self.store.call("get_object", Key=self.store._key(LEASE))
+            response = self.store.call("get_object", Key=self.store._key(LEASE), read=True)
         except FileNotFoundError:
             return None, None, False
+        self._age = _age_on_store_clock(response)
         try:
-            data = json.loads(response["Body"].read())
+            data = json.loads(response["Data"])
         except ValueError:
             data = None
         return (data if isinstance(data, dict) else None), response.get("ETag"), True
 
     def _stale(self, data: dict[str, Any] | None) -> bool:
-        return data is None or lease_expired(data)
+        return data is None or lease_expired(data, self._age)
+
+    def renew(self) -> None:
+        if not self.held:
+            return
+        data, etag, _ = self._read()
+        if (data or {}).get("holder") != self.holder:
+            return
+        payload = json.dumps(lease_payload(self.holder, self.ttl_s)).encode()
+        conditional = {"IfMatch": etag} if self.store.conditional_writes() and etag else {}
+        self.store.call("put_object", Key=self.store._key(LEASE), Body=payload, **conditional)
 
     def try_acquire(self) -> bool:
         payload = json.dumps(lease_payload(self.holder, self.ttl_s)).encode()
@@ -378,6 +390,17 @@ class S3Lease(Lease):
         data, _, _ = self._read()
         if data is not None and data.get("holder") == self.holder:
             self.store.remove(LEASE)
+
+
+def _age_on_store_clock(response: dict[str, Any]) -> float | None:
+    """Now (the response's Date) minus LastModified: both the store's clock, whatever this one says."""
+    from email.utils import parsedate_to_datetime
+
+    try:
+        date = response["ResponseMetadata"]["HTTPHeaders"]["date"]
+        return parsedate_to_datetime(date).timestamp() - response["LastModified"].timestamp()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def open_store(url: str, endpoint_url: str | None, region: str | None, key: str, *, spool_dir: Path) -> S3Store:

@@ -47,7 +47,6 @@ from pathlib import Path
 from ..limits import LEASE_TTL_S
 from ..tree import scan_tree
 from .backend import (
-    BUNDLES,
     GENERATIONS,
     READERS,
     BundleStore,
@@ -63,13 +62,14 @@ from .bundle import (
     gen_name,
     layer_of,
     now,
-    pack_bundle,
     per_layer,
 )
+from .garbage import KEEP_GENERATIONS, GarbagePlan, collect_garbage  # noqa: F401 - re-exported: gc, tests
+from .pack import Packed, file_sha256, open_for_writing, pack_bundle
 
 log = logging.getLogger("warmstart")
 
-KEEP_GENERATIONS = 2
+
 MAX_BUNDLES = 8  # more deltas than this and the next publish writes one full bundle
 
 
@@ -116,7 +116,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     unregistered = False
     try:
         numbers = store.generation_numbers()
-    except StoreUnavailable as exc:
+    except (StoreError, OSError) as exc:  # nothing can be known about a store that cannot be listed
         numbers, unavailable = [], True
         problems.append(str(exc))
     for number in reversed(numbers):
@@ -134,7 +134,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
         registration = None
         try:
             registration = _register_reader(store, reader, gen, ttl_s)
-        except (OSError, StoreUnavailable) as exc:
+        except (OSError, StoreError) as exc:
             # A read-only or full volume, or read-only credentials, can still be read: restore
             # unregistered (a registration only delays garbage collection; a bundle that a collector
             # removes meanwhile fails its check and the next generation is tried). An unreachable
@@ -155,7 +155,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
             shutil.rmtree(staging, ignore_errors=True)
             unavailable = True
             break
-        except (StoreError, OSError) as exc:
+        except (StoreError, OSError, ValueError) as exc:  # ValueError: a name no file system takes
             problems.append(f"generation {number}: {exc}")
             if isinstance(exc, StoreError) and exc.bundle:
                 bad.append(exc.bundle)
@@ -186,36 +186,58 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
 
 @dataclass(frozen=True)
 class PublishPlan:
-    """What a publish would write: files the current generation lacks, on top of it (or all, fresh)."""
+    """What a publish would write: local files the current generation lacks or holds other bytes
+    of, on top of it; or, `full`, a fresh generation of every local file plus `carry`, the base's
+    files this worker lacks (a compaction writes the union, not only what is local)."""
 
     base: Generation | None
     files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns), relative to the local cache base
     full: bool  # a fresh generation that does not reference the base's bundles
     reason: str
+    carry: Mapping[str, FileEntry] = field(default_factory=dict)  # full: the base's files to repack
 
     @property
     def empty(self) -> bool:
-        return not self.files
+        return not self.files and not self.carry
 
     @property
     def bytes(self) -> int:
-        return sum(size for size, _ in self.files.values())
+        return sum(size for size, _ in self.files.values()) + sum(f.size for f in self.carry.values())
 
 
 def plan_publish(store: BundleStore, local: Path, *, distrust: Iterable[str] = ()) -> PublishPlan:
-    """Compare the local cache with the newest generation in the store."""
+    """Compare the local cache with the newest generation in the store. A file is new when the
+    generation lacks its path or holds other bytes there (size or mtime differ from the entry:
+    restore sets both, so a restored file that nobody rewrote is never new)."""
     base, _ = store.latest()
     scan = scan_tree(local)
     local_files = {p: v for p, v in scan.files.items() if layer_of(p) is not None}
     distrusted = set(distrust)
     if base is None:
         return PublishPlan(None, local_files, True, f"no generation in the {store.kind} store yet")
+    carry = {p: f for p, f in base.files.items() if p not in local_files and f.bundle not in distrusted}
     if distrusted & {b.name for b in base.bundles}:
-        return PublishPlan(base, local_files, True, "the newest generation holds a corrupt bundle: writing it anew")
+        reason = "the newest generation holds a corrupt bundle: writing it anew"
+        return PublishPlan(base, local_files, True, reason, carry)
     if len(base.bundles) >= MAX_BUNDLES:
-        return PublishPlan(base, local_files, True, f"compacting {len(base.bundles)} bundles into one")
+        return PublishPlan(base, local_files, True, f"compacting {len(base.bundles)} bundles into one", carry)
     missing = {p: v for p, v in local_files.items() if p not in base.files}
-    return PublishPlan(base, missing, False, f"{len(missing)} files the generation {base.number} lacks")
+    changed = {p: v for p, v in local_files.items() if p in base.files and _other_bytes(local / p, v, base.files[p])}
+    reason = f"{len(missing)} files the generation {base.number} lacks" + (
+        f", {len(changed)} it holds other bytes of" if changed else ""
+    )
+    return PublishPlan(base, missing | changed, False, reason)
+
+
+def _other_bytes(path: Path, stat: tuple[int, int], entry: FileEntry) -> bool:
+    """Does the local file hold other bytes than the generation's entry? Same size and mtime: no
+    (restore sets both); another size: yes; another mtime only: its digest decides (a worker that
+    compiled the same kernel cold has the same bytes, a rewritten autotune result other ones)."""
+    if stat == (entry.size, entry.mtime_ns):
+        return False
+    if stat[0] != entry.size or not entry.sha256:
+        return True
+    return file_sha256(path) != entry.sha256
 
 
 @dataclass(frozen=True)
@@ -229,15 +251,41 @@ class PublishResult:
     per_layer: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def _write_bundle(store: BundleStore, local: Path, files: Mapping[str, tuple[int, int]]) -> BundleRef:
-    """Pack the files into one bundle through the store's writer, which verifies and names it."""
+def _write_bundle(
+    store: BundleStore, local: Path, files: Iterable[str], roots: Mapping[str, Path]
+) -> tuple[BundleRef | None, Packed]:
+    """Pack the files into one bundle through the store's writer, which verifies and names it;
+    no bundle (None) when not one file held still."""
     writer = store.bundle_writer()
     try:
-        size, sha = pack_bundle(local, files, writer.sink)
-        return writer.commit(size, sha, len(files))
+        packed = pack_bundle(local, files, writer.sink, writing=open_for_writing(local), roots=roots)
+        if not packed.files:
+            writer.abort()
+            return None, packed
+        return writer.commit(packed.size, packed.sha256, len(packed.files)), packed
     except BaseException:
         writer.abort()
         raise
+
+
+def _fetch_carry(store: BundleStore, plan: PublishPlan, into: Path) -> dict[str, Path]:
+    """Extract the base's files this worker lacks into `into` (for a compaction's union); a bundle
+    that no longer restores loses its files, with a warning (its generation is as broken)."""
+    assert plan.base is not None
+    out: dict[str, Path] = {}
+    for ref in plan.base.bundles:
+        wanted = {p: f for p, f in plan.carry.items() if f.bundle == ref.name}
+        if not wanted:
+            continue
+        try:
+            extract_bundle(store.bundle_chunks(ref), ref, replace(plan.base, files=wanted), into)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            log.warning("warmstart | publish  | compaction leaves out %d files: %s", len(wanted), exc)
+            continue
+        out.update(dict.fromkeys(wanted, into))
+    return out
 
 
 def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publisher: str) -> PublishResult:
@@ -250,20 +298,26 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
             detail=f"the {store.kind} store's generation already holds every local file",
         )
     store.create()
-    # Files may have changed since the plan's scan; pack what is there now.
-    files = {}
-    for rel in plan.files:
-        try:
-            st = os.stat(local / rel)
-        except FileNotFoundError:
-            continue
-        files[rel] = (st.st_size, st.st_mtime_ns)
-    ref = _write_bundle(store, local, files)
+    carried = local.with_name(local.name + f".compacting-{os.getpid()}")
+    shutil.rmtree(carried, ignore_errors=True)
+    try:
+        roots = _fetch_carry(store, plan, carried) if plan.carry else {}
+        # Files may have changed since the plan's scan: what is packed is what held still meanwhile.
+        ref, packed = _write_bundle(store, local, [*plan.files, *roots], roots)
+    finally:
+        shutil.rmtree(carried, ignore_errors=True)
+    if ref is None:
+        return PublishResult(
+            "nothing_new",
+            plan.base.number if plan.base else None,
+            detail=f"{len(packed.unstable)} files still being written: left for the next publish",
+        )
+    files = packed.files
     base = plan.base
     entries = {} if plan.full or base is None else dict(base.files)
     bundles = () if plan.full or base is None else base.bundles
-    for rel, (size, mtime_ns) in files.items():
-        entries[rel] = FileEntry(size, mtime_ns, ref.name)
+    for rel, (size, mtime_ns, sha) in files.items():
+        entries[rel] = FileEntry(size, mtime_ns, ref.name, sha)
     number = (base.number if base else 0) + 1
     for _ in range(5):
         gen = Generation(number, (*bundles, ref), entries, now(), publisher)
@@ -274,8 +328,8 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
             if newest is None:
                 raise StoreError("a generation appeared and vanished during publish") from None
             entries = dict(newest.files)
-            for rel, (size, mtime_ns) in files.items():
-                entries.setdefault(rel, FileEntry(size, mtime_ns, ref.name))
+            for rel, (size, mtime_ns, sha) in files.items():
+                entries.setdefault(rel, FileEntry(size, mtime_ns, ref.name, sha))
             bundles = newest.bundles
             number = newest.number + 1
             continue
@@ -286,7 +340,7 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
             ref.size,
             time.monotonic() - start,
             plan.reason,
-            per_layer((p, s) for p, (s, _) in files.items()),
+            per_layer((p, s) for p, (s, _, _) in files.items()),
         )
     raise StoreError("could not claim a generation number after 5 tries")
 
@@ -321,14 +375,15 @@ def publish(
     if not got:
         return PublishResult("skipped", detail="another worker holds the publish lease")
     try:
-        step("publish:lease_held")
-        plan = plan_publish(store, local, distrust=distrust)
-        result = execute_publish(store, local, plan, publisher=publisher)
-        try:
-            collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
-        except (OSError, StoreError) as exc:
-            log.warning("warmstart | publish  | garbage collection failed: %s", exc)
-        step("publish:collected")
+        with lease.renewed(lease_ttl_s / 3):  # an upload longer than the TTL keeps the lease
+            step("publish:lease_held")
+            plan = plan_publish(store, local, distrust=distrust)
+            result = execute_publish(store, local, plan, publisher=publisher)
+            try:
+                collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
+            except (OSError, StoreError) as exc:
+                log.warning("warmstart | publish  | garbage collection failed: %s", exc)
+            step("publish:collected")
         return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
         reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
@@ -342,56 +397,3 @@ def publish(
             lease.release()
         except (OSError, StoreError) as exc:
             log.warning("warmstart | publish  | could not release the lease (it expires by itself): %s", exc)
-
-
-# --------------------------------------------------------------------------- garbage
-
-
-@dataclass(frozen=True)
-class GarbagePlan:
-    generations: tuple[str, ...]  # generation files to remove (first)
-    bundles: tuple[str, ...]  # bundle files to remove (after)
-    temporaries: tuple[str, ...]  # abandoned temporaries and expired reader registrations
-
-    def execute(self, store: BundleStore) -> None:
-        for name in self.generations:
-            store.remove(f"{GENERATIONS}/{name}")
-        for name in self.bundles:
-            store.remove(f"{BUNDLES}/{name}")
-        for rel in self.temporaries:
-            store.remove(rel)
-
-
-def collect_garbage(store: BundleStore, *, ttl_s: float, keep: int = KEEP_GENERATIONS) -> GarbagePlan:
-    """Plan removals: generations beyond the newest `keep` that no live reader uses, bundles no
-    remaining generation or reader references, temporaries older than `ttl_s`."""
-    live_generations: set[int] = set()
-    live_bundles: set[str] = set()
-    temporaries: list[str] = []
-    t = now()
-    for name, data in store.reader_registrations().items():
-        try:
-            if data is not None and float(data["expires"]) >= t:
-                live_generations.add(int(data["generation"]))
-                live_bundles.update(data.get("bundles", []))
-                continue
-        except (ValueError, KeyError, TypeError):
-            pass
-        temporaries.append(f"{READERS}/{name}")
-    numbers = store.generation_numbers()
-    kept = set(numbers[-keep:]) | live_generations
-    remove_gens = [n for n in numbers if n not in kept]
-    referenced = set(live_bundles)
-    for number in kept:
-        try:
-            referenced.update(b.name for b in store.load(number).bundles)
-        except (FileNotFoundError, StoreError):
-            continue
-    bundles = [
-        name
-        for name, age in store.names(BUNDLES).items()
-        # Unreferenced and old: young ones may belong to a publish that is about to create its generation.
-        if not name.startswith(".") and name not in referenced and age > ttl_s
-    ]
-    temporaries += store.abandoned(ttl_s)
-    return GarbagePlan(tuple(gen_name(n) for n in remove_gens), tuple(sorted(bundles)), tuple(temporaries))
