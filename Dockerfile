@@ -32,9 +32,12 @@ ENV RUNPOD_VOLUME_PATH=/runpod-volume \
 # when the volume's HF cache lacks it; the HF token is a build secret and stays out of layers.
 ARG MODEL_NAME=""
 ARG MODEL_REVISION=""
+# A Hub mirror to download from (huggingface_hub's HF_ENDPOINT); empty: the Hub itself. Not kept in the image.
+ARG HF_ENDPOINT=""
 ENV WARMSTART_BAKED_HF_CACHE=/opt/warmstart-models/hub
 RUN --mount=type=secret,id=HF_TOKEN,required=false \
     if [ -n "${MODEL_NAME}" ]; then \
+        if [ -z "${HF_ENDPOINT}" ]; then unset HF_ENDPOINT; fi; \
         HF_TOKEN="$(cat /run/secrets/HF_TOKEN 2>/dev/null || true)" \
         MODEL_NAME="${MODEL_NAME}" MODEL_REVISION="${MODEL_REVISION}" \
         warmstart fetch --hub-cache "${WARMSTART_BAKED_HF_CACHE}"; \

@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base["image"],
                 baked,
                 ["--build-arg", f"MODEL_NAME={MODEL}", "--secret", f"id=HF_TOKEN,src={secret}",
-                 "--env", f"HF_ENDPOINT={hub.url}", "--unsetenv", "HF_ENDPOINT"],
+                 "--build-arg", f"HF_ENDPOINT={hub.url}"],
             )  # fmt: skip
             checks["baked_build_sent_the_token"] = any(SENTINEL_TOKEN in a for a in hub.authorizations)
         scan = layer_hits(baked, SENTINEL_TOKEN, work)
