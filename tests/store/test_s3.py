@@ -35,18 +35,8 @@ from warmstart_dev.throttle import throttled
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> str:
-    with moto_server() as url:
-        yield url
-
-
-@pytest.fixture(autouse=True)
-def aws_credentials(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-        monkeypatch.delenv(name, raising=False)
+# The moto server (`endpoint`) and its credentials are tests/store/conftest.py's.
+pytestmark = pytest.mark.usefixtures("aws_credentials")
 
 
 @pytest.fixture

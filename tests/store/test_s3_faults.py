@@ -17,7 +17,7 @@ import pytest
 
 from helpers.files import tree, write
 from helpers.run import base_env, run_warmstart
-from helpers.s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
+from helpers.s3_server import s3_env
 from warmstart.s3url import parse_s3_url
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
@@ -27,18 +27,8 @@ from warmstart_dev.throttle import throttled
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> str:
-    with moto_server() as url:
-        yield url
-
-
-@pytest.fixture(autouse=True)
-def aws_credentials(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-        monkeypatch.delenv(name, raising=False)
+# The moto server (`endpoint`) and its credentials are tests/store/conftest.py's.
+pytestmark = pytest.mark.usefixtures("aws_credentials")
 
 
 @pytest.fixture
