@@ -31,7 +31,8 @@ from helpers.sentinels import (
     secret_env,
 )
 from helpers.worker import Worker
-from warmstart.redact import MASK, Redactor
+from warmstart.redact import Redactor
+from warmstart.secrets import MASK
 from warmstart.settings import from_env
 from warmstart.vllm.engine import free_port
 from warmstart.worker.handler import JobHandler, make_handler

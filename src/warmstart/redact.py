@@ -15,8 +15,6 @@ from .secrets import MASK, SECRET_JSON_FIELDS, is_secret_name, secret_env_values
 from .secrets import without_secret_fields as _without_secret_fields
 from .vllm.argv import parse_argv
 
-__all__ = ["MASK", "Redactor", "secret_flag_values"]
-
 
 def secret_flag_values(args: Iterable[str]) -> list[str]:
     """The secret values in an argv: every value of a secret flag (`--api-key k1 k2`, `--hf-token=S`)

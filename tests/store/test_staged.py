@@ -12,7 +12,8 @@ import pytest
 from helpers.files import tree, write
 from warmstart.store import staged
 from warmstart.store.folder import PublishLease, StagedStore
-from warmstart.store.staged import collect_garbage, execute_publish, plan_publish, publish, restore
+from warmstart.store.garbage import collect_garbage
+from warmstart.store.staged import execute_publish, plan_publish, publish, restore
 
 
 @pytest.fixture

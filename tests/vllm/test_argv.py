@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from warmstart.key import key_extra_args
-from warmstart.redact import MASK, Redactor, secret_flag_values
+from warmstart.redact import Redactor, secret_flag_values
+from warmstart.secrets import MASK
 from warmstart.settings import from_env
 from warmstart.vllm.argv import VOLATILE_FLAGS, Occurrence, flags, last_flag_value, parse_argv, without_flags
 

@@ -268,7 +268,7 @@ def _merge_back(old: Path, new: Path) -> bool:
 
 def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage | None:
     from .folder import StagedStore
-    from .staged import collect_garbage
+    from .garbage import collect_garbage
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():
@@ -290,7 +290,8 @@ def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage 
 def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
     """The staged store's own collector, under the key's publish lease (skipped while a publisher holds it)."""
     from .folder import PublishLease, StagedStore
-    from .staged import collect_garbage, worker_id
+    from .garbage import collect_garbage
+    from .staged import worker_id
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():

@@ -64,7 +64,7 @@ from .bundle import (
     now,
     per_layer,
 )
-from .garbage import KEEP_GENERATIONS, GarbagePlan, collect_garbage  # noqa: F401 - re-exported: gc, tests
+from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
 
 log = logging.getLogger("warmstart")
