@@ -16,7 +16,13 @@ from helpers.spellings import USER_SEQS, USER_SIZES
 from warmstart.settings import from_env
 from warmstart.vllm.argv import parse_argv
 from warmstart.vllm.argvalues import parsed_values
-from warmstart.vllm.concurrency import dest_as_vllm_reads, fit_concurrency, user_choice, vllm_default_words
+from warmstart.vllm.concurrency import (
+    dest_as_vllm_reads,
+    fit_concurrency,
+    fit_words,
+    user_choice,
+    vllm_default_words,
+)
 from warmstart.vllm.engine import engine_command, engine_flag_args
 from warmstart.vllm.install import EngineInfo
 
@@ -134,8 +140,17 @@ def test_user_choice_names_what_was_chosen():
     assert user_choice({}, ("--seed", "3")) is None
 
 
+def test_fit_words_say_what_was_chosen_and_why():
+    assert fit_words(fit_concurrency(settings({"MAX_CONCURRENCY": "4"})), "cpu") == (
+        "max_num_seqs 4 fitted to MAX_CONCURRENCY=4 (vLLM's default here would be 128)"
+    )
+    assert fit_words(fit_concurrency(settings({"MAX_NUM_SEQS": "8"})), "gpu") == (
+        "MAX_NUM_SEQS=8: not fitted to MAX_CONCURRENCY"
+    )
+
+
 def test_default_words_claim_only_what_warmstart_knows():
     assert vllm_default_words("cpu") == "vLLM's default here would be 128"
-    assert vllm_default_words("cpu", 2) == "vLLM's default here would be 256"
+    assert vllm_default_words("cpu", 2) == "vLLM's default here would be 128 x TP x PP"
     gpu = vllm_default_words("gpu")
     assert "1024 on a GPU of 70 GiB or more" in gpu and "256" in gpu

@@ -129,5 +129,12 @@ def vllm_default_words(kind: str, world_size: int = 1) -> str:
     read GPU memory): engine/arg_utils.py `get_batch_defaults`, the same rule from 0.27.1 to 0.33.0 but
     0.33's GB10 exception. On the CPU, 128 per TP x PP rank."""
     if kind == "cpu":
-        return f"vLLM's default here would be {128 * max(1, world_size)}"
+        return "vLLM's default here would be " + ("128" if world_size <= 1 else "128 x TP x PP")
     return "vLLM's default would be 1024 on a GPU of 70 GiB or more (not an A100), 256 on others"
+
+
+def fit_words(fit: ConcurrencyFit, kind: str, world_size: int = 1) -> str:
+    """The engine stage's words on the fit: what warmstart chose and why, or why it chose nothing."""
+    if fit.max_num_seqs is None:
+        return fit.reason
+    return f"{fit.reason} ({vllm_default_words(kind, world_size)})"
