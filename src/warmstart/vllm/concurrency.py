@@ -6,8 +6,8 @@ takes 1024 on a GPU of 70 GiB or more (H100, H200, B200; not an A100 or a GB10) 
 (engine/arg_utils.py `get_batch_defaults`, `_set_default_max_num_seqs_and_batched_tokens_args`), and its
 CUDA graph sizes follow: the largest is `min(max_num_seqs * decode_query_len * 2, 512)`
 (config/vllm.py `_set_cudagraph_sizes`), 51 sizes at 1024, each captured on every boot, warm or not
-(graphs are not cached). Given `--max-num-seqs 30`, vLLM itself derives 11 sizes up to 56. Graph capture
-is then no longer the largest phase a warm boot has left besides the weights (docs/BENCHMARKS.md).
+(graphs are not cached). Given `--max-num-seqs 30`, vLLM itself derives 11 sizes up to 56: 18 graphs
+instead of 102 (docs/BENCHMARKS.md, `warmstart-dev bench capture`, computed by vLLM 0.33.0's own code).
 
 Requests with `n > 1`, best_of and beam search, read in vLLM 0.33:
 - `n > 1`: the API server fans a request out into n child requests (v1/engine/async_llm.py
@@ -23,7 +23,7 @@ A job past max_num_seqs is not refused: the scheduler stops admitting at `max_nu
 `max_num_queued_reqs`, unset by default, would refuse (HTTP 503, async_llm.py `check_admission`).
 So max_num_seqs = MAX_CONCURRENCY runs every job of an n=1 workload at once and queues the extra
 children of n>1 jobs rather than failing them; a workload that sends n>1 jobs at full concurrency
-sets MAX_NUM_SEQS (or raises MAX_CONCURRENCY's share) itself. Under data parallelism each engine gets
+sets MAX_NUM_SEQS itself (MAX_CONCURRENCY times n). Under data parallelism each engine gets
 the same value: more than its share of the jobs, never less.
 
 vLLM also caps its default `max_num_batched_tokens` at `max_num_seqs * max_model_len` (the same
