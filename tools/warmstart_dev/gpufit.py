@@ -21,6 +21,10 @@ from typing import Any
 
 VLLM_BOOT_S = 240.0  # each of the two vLLM boots (cold: torch.compile of the tiny model, then capture)
 FIT_CONCURRENCY = 30  # warmstart's default MAX_CONCURRENCY
+# Settings of the caller's environment that would decide the fit instead of this check.
+CHOSEN_ELSEWHERE = frozenset(
+    {"MAX_NUM_SEQS", "VLLM_EXTRA_ARGS", "COMPILATION_CONFIG", "MAX_CONCURRENCY", "WARMSTART_FIT_CONCURRENCY"}
+)
 
 
 def say(message: str) -> None:
@@ -77,7 +81,7 @@ def check_fit(python: str, env: Mapping[str, str], workdir: Path, timeout_s: flo
         ("unfitted", {"WARMSTART_FIT_CONCURRENCY": "0"}),
     ):
         boot_env = {
-            **{k: v for k, v in env.items() if k not in ("MAX_NUM_SEQS", "VLLM_EXTRA_ARGS", "COMPILATION_CONFIG")},
+            **{k: v for k, v in env.items() if k not in CHOSEN_ELSEWHERE},
             "MODEL_NAME": "warmstart/tiny-llama",
             "MAX_MODEL_LEN": "512",
             "RUNPOD_VOLUME_PATH": str(volume),
