@@ -25,6 +25,7 @@ from warmstart.store.staged import PublishResult, worker_id
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
+from .hardware import engine_world_size
 from .model import link_model
 from .plan import BootPlan, stage
 from .redact import Redactor
@@ -34,6 +35,7 @@ from .store.history import BootHistory, KeyStore, now_iso
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
+from .vllm.concurrency import fit_concurrency, fit_words
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
@@ -224,7 +226,9 @@ class Boot:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
         self.engine.start()
-        stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d)", plan.engine.vllm, port, self.engine.pid)
+        world = engine_world_size(plan.settings.engine, plan.settings.extra_args)
+        fit = fit_words(fit_concurrency(plan.settings), plan.hardware.kind, world)
+        stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit)
 
     def wait_ready(self) -> float:
         assert self.engine is not None

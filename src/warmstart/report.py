@@ -28,6 +28,7 @@ from .tree import TreeScan
 from .variables import is_vllm_variable
 from .vllm import evidence
 from .vllm.argv import VOLATILE_FLAGS, without_flags
+from .vllm.cudagraphs import capture_summary
 from .vllm.engine import engine_environment
 
 
@@ -232,4 +233,5 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         staged=staged_summary(plan, obs.restored, obs.published),
         phase_detail=evidence.phase_details(obs.evidence),
         weights=weights,
+        cudagraphs=capture_summary(obs.evidence),
     )

@@ -62,6 +62,7 @@ class Settings:
     startup_timeout_s: float
     request_timeout_s: float
     max_concurrency: int
+    fit_concurrency: bool
     exit_grace_s: float
     lease_ttl_s: float
     publish_wait_s: float

@@ -157,6 +157,16 @@ WRAPPER: tuple[Variable, ...] = (
         minimum=1,
     ),
     Variable(
+        "WARMSTART_FIT_CONCURRENCY",
+        "bool",
+        "`1`: where neither `MAX_NUM_SEQS` nor CUDA graph capture sizes are set (variables or `VLLM_EXTRA_ARGS`), "
+        "start vLLM with `--max-num-seqs MAX_CONCURRENCY`, and vLLM captures graphs for the batches this worker "
+        "can run (51 sizes become 11 at 30 on an H100/H200; see [Fitting](#fitting-the-engine-to-the-workers-"
+        "concurrency)); `0`: leave both to vLLM",
+        default="1",
+        field="fit_concurrency",
+    ),
+    Variable(
         "RUNPOD_INIT_TIMEOUT",
         "float",
         "Runpod's cold-start limit; warmstart warns when this key's boots come near it",
