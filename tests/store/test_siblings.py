@@ -231,6 +231,16 @@ def test_an_unfit_sibling_on_the_volume_is_never_restored(tmp_path):
     assert result.source is None and not tree(dest)
 
 
+def test_a_sibling_with_nothing_shareable_seeds_nothing_and_says_so(tmp_path):
+    volume = tmp_path / "volume"
+    only_vllm = {k: v for k, v in SIBLING_FILES.items() if k.startswith(("vllm/", "cuda/"))}
+    key_on_volume(volume, "key-a", factors(), only_vllm)
+    dest = tmp_path / "local-b" / "cache"
+    result = seed_volume_key(volume, factors(args__max_model_len=384), dest)
+    assert result.source is None and not tree(dest)
+    assert result.note == "no file of the seeded layers in key-a"
+
+
 def test_a_corrupt_sibling_is_skipped_for_the_next(volume, tmp_path):
     key_on_volume(volume, "key-c", factors(args__max_model_len=384), SIBLING_FILES)
     # key-c is nearer (no flag differs); its bundle is damaged

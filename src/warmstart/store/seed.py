@@ -2,7 +2,7 @@
 then tell what the boot did with them.
 
 The restore is `store.staged.restore` itself, run on a view of the sibling's store whose
-generations list only the shareable layers' files (`LayerView`): the same streaming, checksums,
+generations list only the shareable layers' files (`layer_view`): the same streaming, checksums,
 reader registration (the sibling's bundles are not collected meanwhile) and fallback to an older
 generation. Every restored file gets its entry's mtime as both mtime and atime, so a file whose
 atime moved by the time vLLM serves was read (the probe says whether this filesystem updates
@@ -15,16 +15,17 @@ The report's view (`seeded_caches`, `seeded_verdict`, `seeded_block`) is pure.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..tree import scan_tree
-from .backend import BundleStore, BundleWriter, Lease
-from .bundle import BundleRef, Generation, StoreError, layer_of
+from .backend import BundleStore
+from .bundle import Generation, StoreError, layer_of
 from .folder import StagedStore
 from .siblings import SeedPlan, SeedSource, sibling_store
 from .staged import RestoreResult, restore
@@ -39,59 +40,22 @@ HIT_ENTRIES: Mapping[str, tuple[str, ...]] = {
 }
 
 
-class LayerView(BundleStore):
-    """A sibling's store whose generations hold only `layers`' files (and the bundles they are in)."""
+def layer_view(store: BundleStore, layers: tuple[str, ...]) -> BundleStore:
+    """The sibling's store, whose generations list only `layers`' files (and the bundles holding
+    them): a shallow copy with its own `load`. Every other method is the store's own, so the staged
+    restore runs on it unchanged, whatever else it asks of a store."""
+    keep = frozenset(layers)
+    load = store.load
 
-    def __init__(self, inner: BundleStore, layers: tuple[str, ...]) -> None:
-        self.inner = inner
-        self.layers = frozenset(layers)
-        self.kind = inner.kind
-
-    def __getattr__(self, name: str) -> Any:  # what a newer restore may ask of a store
-        return getattr(self.inner, name)
-
-    @property
-    def location(self) -> str:
-        return self.inner.location
-
-    def load(self, number: int) -> Generation:
-        gen = self.inner.load(number)
-        files = {p: f for p, f in gen.files.items() if layer_of(p) in self.layers}
+    def load_layers(number: int) -> Generation:
+        gen = load(number)
+        files = {p: f for p, f in gen.files.items() if layer_of(p) in keep}
         used = {f.bundle for f in files.values()}
         return replace(gen, bundles=tuple(b for b in gen.bundles if b.name in used), files=files)
 
-    def create(self) -> None:
-        self.inner.create()
-
-    def names(self, folder: str) -> dict[str, float]:
-        return self.inner.names(folder)
-
-    def read(self, rel: str) -> bytes:
-        return self.inner.read(rel)
-
-    def write(self, rel: str, data: bytes) -> None:
-        self.inner.write(rel, data)
-
-    def exists(self, rel: str) -> bool:
-        return self.inner.exists(rel)
-
-    def remove(self, rel: str) -> None:
-        self.inner.remove(rel)
-
-    def create_generation(self, number: int, data: bytes) -> bool:
-        raise PermissionError("a sibling's store is only read")
-
-    def bundle_chunks(self, ref: BundleRef) -> Iterator[bytes]:
-        return self.inner.bundle_chunks(ref)
-
-    def bundle_writer(self) -> BundleWriter:
-        raise PermissionError("a sibling's store is only read")
-
-    def abandoned(self, ttl_s: float) -> list[str]:
-        return []
-
-    def lease(self, holder: str, ttl_s: float) -> Lease:
-        raise PermissionError("a sibling's store is only read")
+    view = copy.copy(store)
+    object.__setattr__(view, "load", load_layers)  # the folder store is a frozen dataclass
+    return view
 
 
 @dataclass(frozen=True)
@@ -142,14 +106,17 @@ def seed_from(
     """Restore the shareable layers of the first source that restores intact into `dest` (empty:
     nothing of this key's own was restored). Logs one line."""
     problems: list[str] = []
+    empty: list[str] = []
     for source in plan.sources:
         try:
-            store = LayerView(open_store(source), plan.layers)
+            store = layer_view(open_store(source), plan.layers)
             result = restore(store, dest, reader=reader, ttl_s=ttl_s)
         except Exception as exc:  # a sibling that cannot be opened is skipped, never fatal
             problems.append(f"{source.key}: {exc}")
             continue
         problems += [f"{source.key}: {p}" for p in result.problems]
+        if result.restored and not result.files:
+            empty.append(source.key)
         if not result.restored or not result.files:
             continue
         files = scan_tree(dest).files
@@ -166,7 +133,11 @@ def seed_from(
             result.seconds,
         )
         return SeedResult(source, result, files, atimes, tuple(problems), plan.layers)
-    reason = "; ".join(problems) or plan.note or "no sibling's generation restored"
+    reason = (
+        "; ".join([*problems, *([f"no file of the seeded layers in {', '.join(empty)}"] if empty else [])])
+        or plan.note
+        or "no sibling's generation restored"
+    )
     log.info("warmstart | seed     | nothing to seed from: %s", reason)
     return SeedResult(None, None, {}, False, tuple(problems), plan.layers, reason)
 

@@ -126,9 +126,8 @@ class SeedPlan:
         }
 
 
-def _differing(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> dict[str, list[Any]]:
-    a = {k: v for k, v in flatten(old).items() if k.startswith(prefix)}
-    b = {k: v for k, v in flatten(new).items() if k.startswith(prefix)}
+def _differing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[Any]]:
+    a, b = flatten(old), flatten(new)
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
@@ -160,8 +159,9 @@ def nearness(own: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[int, int
 def choose_seeds(
     own_key: str, factors: Mapping[str, Any], siblings: Iterable[Sibling], limit: int = NEAREST
 ) -> SeedPlan:
-    """The nearest siblings with a generation and nothing that must be equal differing; a key on
-    the volume before the same key in the S3 store. Ties: the most recently used first."""
+    """The nearest siblings with a generation and nothing that must be equal differing. Ties: a key
+    on the volume before one in the S3 store (the same key in both counts once, as the volume's),
+    then the most recently used."""
     usable: dict[str, tuple[tuple[int, int, int], Sibling]] = {}
     refused: list[tuple[str, str]] = []
     for sib in siblings:
