@@ -271,7 +271,9 @@ def test_reads_are_told_per_layer_with_inductors_hits(volume, tmp_path):
     assert use["inductor"] == SeedUse(files=4, bytes=4514, read=2, hits=1, rewritten=0, gone=0)
     assert use["triton"].read == 1 and use["triton"].hits is None
     assert use["deep_gemm"].rewritten == 1 and use["deep_gemm"].read == 0
-    assert use["flashinfer"].read == 0
+    assert use["flashinfer"] == SeedUse(files=1, bytes=1500, read=0, hits=0, rewritten=0, gone=0)
+    (dest / "flashinfer/.cache/flashinfer/0.7.2/90/cached_ops/mod/mod.so").read_bytes()  # a module loaded
+    assert seed_use(result, dest)["flashinfer"].hits == 1
 
 
 def test_reads_unknown_without_access_times(volume, tmp_path):
@@ -293,6 +295,7 @@ def test_the_verdict_of_a_seeded_boot():
     assert verdict_of("cold", inductor=(3, 0)) == "cold", "read only output code: no entry of Inductor's hit"
     assert verdict_of("cold", inductor=(None, None)) == "cold", "cannot be told: no claim"
     assert verdict_of("cold", triton=(5, None)) == "partial", "a GPU boot that compiled but reused kernels"
+    assert verdict_of("cold", flashinfer=(2, 0)) == "cold", "ninja read its log, then rebuilt every module"
     assert seeded_verdict("cold", SeedResult(None, None, {}, True), {}) == "cold"
     assert verdict_of(None, inductor=(3, 2)) is None, "a failed boot has no verdict"
 

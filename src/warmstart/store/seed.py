@@ -32,11 +32,18 @@ from .staged import RestoreResult, restore
 
 log = logging.getLogger("warmstart")
 
-# Entries a library opens only after its own key matched: reading one is a hit.
-HIT_ENTRIES: Mapping[str, tuple[str, ...]] = {
+# Files a library opens only when its own key matched and the entry is used as it is: reading one
+# is a hit. In the other seeded layers any read is (Triton reads a kernel's group file only under
+# the directory its key names, runtime/cache.py FileCacheManager.get_group; DeepJIT reads a cubin
+# only from a committed entry of its digest, cache/disk.hpp DiskCache::entry).
+HIT_ENTRIES: Mapping[str, Callable[[str], bool]] = {
     # torch/_inductor/codecache.py FxGraphCache._get_tmp_dir: os.path.join(cache_dir(), "fxgraph");
-    # torch/_functorch/_aot_autograd/autograd_cache.py AOTAutogradCache._get_tmp_dir: "aotautograd"
-    "inductor": ("inductor/fxgraph/", "inductor/aotautograd/"),
+    # torch/_functorch/_aot_autograd/autograd_cache.py AOTAutogradCache._get_tmp_dir: "aotautograd".
+    # Output code is named by its own source's hash and read whenever that source is generated.
+    "inductor": lambda rel: rel.startswith(("inductor/fxgraph/", "inductor/aotautograd/")),
+    # flashinfer/jit/core.py: ninja reads build.ninja and .ninja_log even when it then rebuilds; a
+    # module's .so is loaded (mmap'd) as it is only when ninja left it (a rebuilt one is rewritten).
+    "flashinfer": lambda rel: rel.endswith(".so"),
 }
 
 
@@ -175,7 +182,7 @@ def seed_use(seed: SeedResult | None, base: Path) -> dict[str, SeedUse]:
             c[4] += 1
         elif st.st_atime_ns != st.st_mtime_ns:  # restore set both to the entry's mtime
             c[2] += 1
-            c[3] += any(rel.startswith(p) for p in HIT_ENTRIES.get(layer, ()))
+            c[3] += layer in HIT_ENTRIES and HIT_ENTRIES[layer](rel)
     return {
         layer: SeedUse(
             c[0],
