@@ -80,6 +80,7 @@ class Settings:
     weights_prefetch: str
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
+    seed_siblings: str
     warnings: tuple[str, ...] = ()
 
     @property

