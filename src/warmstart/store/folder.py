@@ -56,6 +56,7 @@ class StagedStore(BundleStore):
     """The staged part of one key's directory on the volume."""
 
     root: Path
+    compression: str = "zstd"  # new bundles: "zstd" frames or "none" (plain tar)
     kind = "volume"
 
     @property
@@ -162,7 +163,7 @@ class _FolderBundleWriter(BundleWriter):
         self.tmp = store.bundles / f".tmp-{uuid.uuid4().hex}.tar"
         self.sink: BinaryIO = open(self.tmp, "wb", buffering=CHUNK)
 
-    def commit(self, size: int, sha256: str, files: int) -> BundleRef:
+    def commit(self, size: int, sha256: str, files: int, *, compressed: bool = False) -> BundleRef:
         self.sink.flush()
         os.fsync(self.sink.fileno())
         self.sink.close()
@@ -174,7 +175,7 @@ class _FolderBundleWriter(BundleWriter):
             read += len(chunk)
         if read != size or check.hexdigest() != sha256:
             raise StoreError(f"bundle verification failed after writing ({read} of {size} bytes read back)")
-        name = bundle_name(sha256, uuid.uuid4().hex)
+        name = bundle_name(sha256, uuid.uuid4().hex, compressed=compressed)
         os.rename(self.tmp, self.store.bundles / name)
         step("publish:bundle_renamed")
         return BundleRef(name, sha256, size, files)

@@ -58,12 +58,12 @@ from .bundle import (
     Generation,
     StoreError,
     StoreUnavailable,
-    extract_bundle,
     gen_name,
     layer_of,
     now,
     per_layer,
 )
+from .extract import clear_leftovers, extract_bundle, swap_in
 from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
 
@@ -111,7 +111,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     problems: list[str] = []
     bad: list[str] = []
     staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    clear_leftovers(dest)
     unavailable = False
     unregistered = False
     try:
@@ -167,9 +167,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
                     store.remove(registration)
                 except (OSError, StoreError):
                     pass
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, dest)
+        swap_in(staging, dest)
         files = [(p, f.size) for p, f in gen.files.items()]
         seconds = time.monotonic() - start
         return RestoreResult(
@@ -258,11 +256,18 @@ def _write_bundle(
     no bundle (None) when not one file held still."""
     writer = store.bundle_writer()
     try:
-        packed = pack_bundle(local, files, writer.sink, writing=open_for_writing(local), roots=roots)
+        packed = pack_bundle(
+            local,
+            files,
+            writer.sink,
+            writing=open_for_writing(local),
+            roots=roots,
+            compress=store.compression == "zstd",
+        )
         if not packed.files:
             writer.abort()
             return None, packed
-        return writer.commit(packed.size, packed.sha256, len(packed.files)), packed
+        return writer.commit(packed.size, packed.sha256, len(packed.files), compressed=packed.compressed), packed
     except BaseException:
         writer.abort()
         raise
