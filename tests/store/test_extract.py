@@ -298,3 +298,19 @@ def test_a_boot_writes_bundles_as_the_setting_says_and_the_next_boot_restores_th
     env["WARMSTART_LOCAL_CACHE"] = str(tmp_path / "local-2")
     second = json.loads(run_warmstart(["boot", "--json"], env).stdout)
     assert (second["staged"]["generation_restored"], second["verdict"]) == (1, "warm")
+
+
+@pytest.mark.parametrize("change", ["appended", "cut"])
+def test_a_bundle_file_of_another_size_than_its_index_is_bad(tmp_path, change):
+    """The volume's bundles are read by positional reads of the index's size: bytes appended
+    after them would never be read, so the file's size is checked against the index first."""
+    local = cache(tmp_path / "local", big=False)
+    store = StagedStore(tmp_path / "volume" / "staged")
+    execute_publish(store, local, plan_publish(store, local), publisher="a")
+    (ref,) = store.load(1).bundles
+    path = store.bundles / ref.name
+    data = path.read_bytes()
+    path.write_bytes(data + b"\0" * 512 if change == "appended" else data[:-1])
+    result = restore(store, tmp_path / "dest", reader="b")
+    assert result.generation is None and result.bad_bundles == (ref.name,)
+    assert f"{ref.size + 512 if change == 'appended' else ref.size - 1} bytes, index: {ref.size}" in result.problems[0]

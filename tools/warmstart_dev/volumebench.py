@@ -5,7 +5,8 @@ caching) with a synthetic cache shaped like a GPU worker's (thousands of files f
 1 KiB to tens of MiB, about 500 MB, each kind as compressible as real ones), in one run,
 BENCH_REPEATS times each (median, min, max):
 
-    sequential_s   the volume's own time to read the same bytes as one file
+    sequential_s   the volume's own time to read the same bytes as one file, in one stream
+    streams_s      the same file read as a restore reads a bundle: READ_STREAMS chunks at a time
     tar_s          warmstart's restore of tar bundles (bundles -> local disk), then the same reads locally
     zstd_s         the same with bundles in zstd frames (the default)
     direct_s       an engine reading every cache file once, straight off the volume
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from warmstart.store.bundle import READ_STREAMS, file_ranges
 from warmstart.store.folder import StagedStore
 from warmstart.store.staged import execute_publish, plan_publish, restore
 
@@ -252,9 +254,11 @@ def bench_volume(
         },
         "cache": shape,
         "repeats": repeats,
+        "read_streams": READ_STREAMS,
         "bundles": published,
     }
-    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in ("sequential", "tar", "zstd", "direct")}
+    sides = ["sequential", "streams", "tar", "zstd"]
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in (*sides, "direct")}
     restores: dict[str, list[float]] = {"tar": [], "zstd": []}
     with mounted(backing, mnt, latency_ms=latency_ms, bandwidth_mbps=bandwidth_mbps):
         for i in range(repeats):
@@ -262,10 +266,12 @@ def bench_volume(
             # Restored trees stay until the end: on a file system without a journal (this machine's)
             # creating files right after deleting thousands scans the deleted inodes (ext4's
             # recently_deleted), which would slow whichever side came next.
-            order = ["sequential", "tar", "zstd"]
-            for side in order[i % 3 :] + order[: i % 3]:
+            for side in sides[i % len(sides) :] + sides[: i % len(sides)]:
                 if side == "sequential":
                     wall, cpu, n = timed(lambda: read_file(mnt / "sequential.bin"))
+                    assert n == shape["bytes"]
+                elif side == "streams":  # the same bytes as the restore reads them: READ_STREAMS at a time
+                    wall, cpu, n = timed(lambda: sum(map(len, file_ranges(mnt / "sequential.bin", shape["bytes"]))))
                     assert n == shape["bytes"]
                 else:
                     dest = local / f"{side}-{i}"
@@ -293,6 +299,8 @@ def bench_volume(
         vs_seq = [w / s for (w, _), (s, _) in zip(runs[fmt], runs["sequential"], strict=True)]
         speedup = [d / w for (w, _), (d, _) in zip(runs[fmt], runs["direct"], strict=True)]
         result[f"{fmt}_vs_sequential"] = spread(vs_seq, 2)
+        vs_streams = [w / s for (w, _), (s, _) in zip(runs[fmt], runs["streams"], strict=True)]
+        result[f"{fmt}_vs_streams"] = spread(vs_streams, 2)
         result[f"{fmt}_speedup_vs_direct"] = spread(speedup, 1)
         result[f"{fmt}_goals"] = read_goals(
             result[f"{fmt}_speedup_vs_direct"]["median"], result[f"{fmt}_vs_sequential"]["median"], "direct"

@@ -6,7 +6,7 @@ is listed, read, written, created without clobbering, and removed. Names are rel
 the key's staged root and keep the volume's layout in every store:
 
     generations/g00000007.json    created last, never overwritten
-    bundles/<sha prefix>-<id>.tar immutable
+    bundles/<sha prefix>-<id>.tar.zst  immutable (.tar: plain, from before compression or with it off)
     readers/<reader>.json         a restore in progress (protects its bundles)
     publish.lease                 who may publish now, until when
 """

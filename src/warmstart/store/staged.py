@@ -2,12 +2,12 @@
 
 Writing compilers' thousands of small files straight onto a network volume is slow to
 read (a round trip per open and stat) and unsafe when several workers boot cold at once.
-In staged mode a store holds, per key, immutable *bundles* (tar files) and *generations*
+In staged mode a store holds, per key, immutable *bundles* (tar, in zstd frames) and *generations*
 (JSON indexes naming the bundles and every file in them); the format is `store.bundle`.
 On the volume (`store.folder`):
 
     <key_dir>/staged/
-        bundles/<sha256 prefix>-<id>.tar    written as .tmp-*, verified, then renamed
+        bundles/<sha256 prefix>-<id>.tar.zst  (.tar: plain) written as .tmp-*, verified, then renamed
         generations/g00000007.json          a generation; exists only once complete
         readers/<reader>.json               a restore in progress (protects its bundles)
         publish.lease                       who may publish now, until when
@@ -16,16 +16,17 @@ An S3 prefix holds the same names (`store.s3`); the algorithms here are written 
 against `store.backend.BundleStore` and run on both.
 
 A boot restores the newest complete generation in a few large sequential reads, checking
-each bundle's SHA-256 while it streams, into a fresh local directory that then replaces
-the key's local cache. A corrupt or truncated bundle is reported and the next older
-generation tried. After vLLM serves, the worker that holds the lease publishes a bundle of
-the files the current generation lacks and a generation that lists the old bundles plus
-the new one (the union); others wait for the lease and then publish only what is still
-missing, usually nothing. Generations are created without overwriting (`os.link` on the
-volume, a conditional or verified PUT on S3), so even two publishers that both believe they
-hold the lease cannot clobber each other. Old generations and unreferenced bundles are
-removed only when no registered reader can still be restoring them, generation first,
-bundles after, so the store is consistent after every step.
+each bundle's SHA-256 while it streams and writing its files meanwhile (`store.extract`),
+into a fresh local directory that then replaces the key's local cache. A corrupt or
+truncated bundle is reported and the next older generation tried. After vLLM serves, the
+worker that holds the lease publishes a bundle of the files the current generation lacks
+and a generation that lists the old bundles plus the new one (the union); others wait for
+the lease and then publish only what is still missing, usually nothing. Generations are
+created without overwriting (`os.link` on the volume, a conditional or verified PUT on S3),
+so even two publishers that both believe they hold the lease cannot clobber each other. Old
+generations and unreferenced bundles are removed only when no registered reader can still
+be restoring them, generation first, bundles after, so the store is consistent after every
+step.
 
 Like huggingface_hub's cache manager, each operation is a scan, then a plan, then an
 `execute()`: a dry run is free.
