@@ -224,6 +224,10 @@ def main(args: argparse.Namespace) -> int:
     else:
         from .volumebench import bench_volume
 
-        result = bench_volume(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "3")))
+        result = bench_volume(
+            Path(args.workdir).resolve(),
+            repeats=int(os.environ.get("BENCH_REPEATS", "3")),
+            local=Path(args.local).resolve() if args.local else None,
+        )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")
+    b.add_argument("--local", metavar="DIR", help="where restores write (default: the workdir; a tmpfs: no disk)")
     b = bench_sub.add_parser("compress", help="how real compiled files and the benches' cache compress (zstd)")
     b.add_argument("--json", action="store_true")
     b.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (a compile cache, CUDA .so files)")
