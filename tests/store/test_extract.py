@@ -25,10 +25,11 @@ import zstandard
 from helpers.files import tree, write
 from helpers.run import base_env, read_until, run_warmstart
 from warmstart.store.bundle import BundleRef, FileEntry, Generation, StoreError, bundle_name
-from warmstart.store.extract import Ahead, clear_leftovers, extract_bundle
+from warmstart.store.extract import Ahead, extract_bundle
 from warmstart.store.folder import StagedStore
 from warmstart.store.pack import pack_bundle
 from warmstart.store.staged import execute_publish, plan_publish, restore
+from warmstart.store.staging import clear_leftovers
 from warmstart.store.zst import FRAME_RAW, NOTE_FRAME, is_zstd
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -7,9 +7,10 @@ A restore is as fast as its slowest stage, not as the sum of them: while one chu
 are written, the next chunk is being read (and inflated). The tar stream is parsed in place,
 a member's bytes written straight from the chunk that holds them (a member that spans two
 chunks is written in two parts, each at its offset); per file, four system calls: open,
-pwrite, futimens, close. Nothing is fsynced: files land in a private staging directory that becomes the cache
-only once every bundle of the generation has passed its checks (`store.staged.restore`), and
-every boot restores anew, so a file cut short by a crash is never read as complete.
+pwrite, futimens, close. Nothing is fsynced: files land in a private staging directory
+that becomes the cache only once every bundle of the generation has passed its checks
+(`store.staging`), and every boot restores anew, so a file cut short by a crash is never
+read as complete.
 
 Checks, as strong for both formats: the SHA-256 and size of the stored bytes (compressed or
 not) against the index, each tar header's checksum, each member's size against the index,
@@ -18,12 +19,10 @@ every listed file present; zstd frames carry their own content checksum besides.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import io
 import os
 import queue
-import shutil
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -421,46 +420,6 @@ def extract_bundle(chunks: Iterator[bytes], ref: BundleRef, gen: Generation, des
             f"bundle {ref.name} holds {writer.written} of the {len(wanted)} files its generation lists", ref.name
         )
     return writer.written
-
-
-# --------------------------------------------------------------------------- the local side
-
-
-def clear_leftovers(dest: Path) -> None:
-    """Remove what restores into `dest` that no longer run left beside it: `<dest>.restoring-<pid>`
-    (a staging directory, complete or not) and `<dest>.replaced-<pid>` (the cache it replaced).
-    Nothing ever reads them; they only hold disk. A process still running keeps its own."""
-    for path in dest.parent.glob(f"{glob.escape(dest.name)}.*-*"):
-        kind, _, pid = path.name[len(dest.name) + 1 :].partition("-")
-        if kind not in ("restoring", "replaced") or not pid.isdigit():
-            continue
-        if int(pid) != os.getpid() and process_alive(int(pid)):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-def swap_in(staging: Path, dest: Path) -> None:
-    """Make the complete staging directory the cache: the old one is renamed aside first, so that
-    `dest` is at every moment either the old complete cache, absent, or the new complete one."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    replaced = dest.with_name(dest.name + f".replaced-{os.getpid()}")
-    shutil.rmtree(replaced, ignore_errors=True)
-    try:
-        os.rename(dest, replaced)
-    except FileNotFoundError:
-        pass
-    os.replace(staging, dest)
-    shutil.rmtree(replaced, ignore_errors=True)
 
 
 def _chain(first: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:

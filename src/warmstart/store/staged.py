@@ -64,9 +64,10 @@ from .bundle import (
     now,
     per_layer,
 )
-from .extract import clear_leftovers, extract_bundle, swap_in
+from .extract import extract_bundle
 from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
+from .staging import clear_leftovers, swap_in
 
 log = logging.getLogger("warmstart")
 
