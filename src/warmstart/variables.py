@@ -25,7 +25,7 @@ from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-# staged is the default: on the slow mock volume it read a GPU-sized cache 14x faster than
+# staged is the default: on the slow mock volume it read a GPU-sized cache 10-20x faster than
 # direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
 CACHE_MODES = ("staged", "direct")
 # zstd is the default: fewer bytes to read back, on the mock volume and through the S3 proxy alike
