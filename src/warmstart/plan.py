@@ -194,7 +194,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         env,
         (*settings.warnings, *volume.warnings, *probe.notes, *place.warnings),
         time.monotonic() - t0,
-        StagedStore(place.staged_root) if place.staged_root is not None else None,
+        StagedStore(place.staged_root, settings.bundle_compression) if place.staged_root is not None else None,
         s3,
         publish_blocked=place.publish_blocked,
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
@@ -212,6 +212,7 @@ def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:
         settings.s3_region,
         key.dirname,
         spool_dir=settings.local_cache_dir / "spool",
+        compression=settings.bundle_compression,
     )
     stage("s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "")
     return s3

@@ -69,6 +69,7 @@ class Settings:
     serve_publish_s: float
     hub_stall_s: float
     cache_mode: str
+    bundle_compression: str  # staged: zstd or none, for new bundles (store/zst.py)
     local_cache_dir: Path
     baked_hf_cache: Path | None
     runpod_init_timeout_s: float | None

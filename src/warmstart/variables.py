@@ -25,9 +25,12 @@ from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-# staged is the default: on the slow mock volume it read a GPU-sized cache 14x faster than
+# staged is the default: on the slow mock volume it read a GPU-sized cache 10-20x faster than
 # direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
 CACHE_MODES = ("staged", "direct")
+# zstd is the default: fewer bytes to read back, on the mock volume and through the S3 proxy alike
+# (docs/BENCHMARKS.md); none writes plain tar, which releases before compressed bundles read.
+BUNDLE_COMPRESSIONS = ("zstd", "none")
 WEIGHTS_PREFETCH_MODES = ("auto", "off")
 SEED_MODES = ("auto", "off")
 
@@ -183,6 +186,15 @@ WRAPPER: tuple[Variable, ...] = (
         default="staged",
         choices=CACHE_MODES,
         field="cache_mode",
+    ),
+    Variable(
+        "WARMSTART_BUNDLE_COMPRESSION",
+        "choice",
+        "staged: how new bundles are written: `zstd` frames (a third of the bytes to read back, for some CPU) or "
+        "`none` (plain tar, which earlier warmstart releases also read: for a fleet that mixes them during a rollout)",
+        default="zstd",
+        choices=BUNDLE_COMPRESSIONS,
+        field="bundle_compression",
     ),
     Variable(
         "WARMSTART_LEASE_TTL_S",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import tarfile
 from pathlib import Path
+
+import zstandard
 
 # Secrets set to sentinels in secret tests: each distinct, so a leak names its source.
 SENTINELS = {
@@ -105,8 +108,11 @@ def find_sentinels(texts: dict[str, str], roots: list[Path]) -> list[str]:
                 continue
             data = path.read_bytes()
             scan(str(path), data)
-            if path.suffix == ".tar":
-                with tarfile.open(path) as tar:
+            if path.name.endswith(".tar.zst"):  # a compressed bundle: scanned decompressed
+                data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+                scan(f"{path} (decompressed)", data)
+            if path.suffix == ".tar" or path.name.endswith(".tar.zst"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                     for member in tar:
                         if member.isfile() and (handle := tar.extractfile(member)) is not None:
                             scan(f"{path}!{member.name}", handle.read())

@@ -188,7 +188,13 @@ def main(args: argparse.Namespace) -> int:
     elif args.bench == "s3":
         from .s3bench import bench_s3
 
-        result = bench_s3(Path(args.workdir).resolve(), latency_ms=args.latency_ms, mbps=args.mbps, server=args.server)
+        result = bench_s3(
+            Path(args.workdir).resolve(),
+            latency_ms=args.latency_ms,
+            mbps=args.mbps,
+            server=args.server,
+            repeats=int(os.environ.get("BENCH_REPEATS", "3")),
+        )
     elif args.bench == "chaos":
         from .chaos import bench_chaos
 
@@ -204,6 +210,11 @@ def main(args: argparse.Namespace) -> int:
         from .siblingsbench import bench_siblings
 
         result = bench_siblings(Path(args.workdir).resolve(), pairs=args.pairs)
+    elif args.bench == "compress":
+        from .compressbench import bench_compress
+
+        levels = tuple(int(x) for x in args.levels.split(","))
+        result = bench_compress([Path(p) for p in args.paths], levels)
     elif args.bench == "predict":
         from .predictbench import bench_predict
 
@@ -224,6 +235,10 @@ def main(args: argparse.Namespace) -> int:
     else:
         from .volumebench import bench_volume
 
-        result = bench_volume(Path(args.workdir).resolve())
+        result = bench_volume(
+            Path(args.workdir).resolve(),
+            repeats=int(os.environ.get("BENCH_REPEATS", "3")),
+            local=Path(args.local).resolve() if args.local else None,
+        )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

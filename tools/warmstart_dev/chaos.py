@@ -168,7 +168,8 @@ def check_tier(
 ) -> tuple[list[str], Any]:
     """Every generation of one tier restores and holds only finished bytes; (violations, newest).
     `verified`: generations already verified (skipped, and added to)."""
-    from warmstart.store.bundle import StoreError, extract_bundle
+    from warmstart.store.bundle import StoreError
+    from warmstart.store.extract import extract_bundle
 
     violations = []
     newest = None

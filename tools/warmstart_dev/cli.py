@@ -1,7 +1,8 @@
 """`warmstart-dev`: the project's tools, beside `warmstart` but never in the image.
 
     warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
-    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings  benchmarks, printed as JSON
+    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress
+                                                              benchmarks, printed as JSON
 
 Errors read as `warmstart`'s do (one line, exit 2 for settings, model and engine errors).
 """
@@ -59,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("volume", help="direct against staged cache reads on the slow mock volume")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/volume")
+    b.add_argument("--local", metavar="DIR", help="where restores write (default: the workdir; a tmpfs: no disk)")
+    b = bench_sub.add_parser("compress", help="how real compiled files and the benches' cache compress (zstd)")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (a compile cache, CUDA .so files)")
+    b.add_argument("--levels", default="1,3", help="zstd levels, comma-separated (default 1,3)")
     b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/predict")

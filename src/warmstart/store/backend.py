@@ -6,7 +6,7 @@ is listed, read, written, created without clobbering, and removed. Names are rel
 the key's staged root and keep the volume's layout in every store:
 
     generations/g00000007.json    created last, never overwritten
-    bundles/<sha prefix>-<id>.tar immutable
+    bundles/<sha prefix>-<id>.tar.zst  immutable (.tar: plain, from before compression or with it off)
     readers/<reader>.json         a restore in progress (protects its bundles)
     publish.lease                 who may publish now, until when
 """
@@ -160,14 +160,14 @@ class Lease(ABC):
 
 
 class BundleWriter(ABC):
-    """A bundle being written: tar bytes go to `sink`; `commit` makes it visible under its
-    final name (after the store verified it), `abort` leaves nothing behind but what the
-    garbage collector removes."""
+    """A bundle being written: tar bytes (or zstd frames of them, `compressed`) go to `sink`;
+    `commit` makes it visible under its final name (after the store verified it), `abort`
+    leaves nothing behind but what the garbage collector removes."""
 
     sink: BinaryIO
 
     @abstractmethod
-    def commit(self, size: int, sha256: str, files: int) -> BundleRef: ...
+    def commit(self, size: int, sha256: str, files: int, *, compressed: bool = False) -> BundleRef: ...
 
     @abstractmethod
     def abort(self) -> None: ...
@@ -177,6 +177,7 @@ class BundleStore(ABC):
     """One key's staged store. Subclasses: `folder.StagedStore` (a folder), `s3.S3Store`."""
 
     kind: str = "store"  # "volume" or "s3": where a restore came from, in logs and reports
+    compression: str = "zstd"  # how this store's new bundles are written: "zstd" or "none" (`store.zst`)
 
     @property
     @abstractmethod

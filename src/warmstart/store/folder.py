@@ -1,7 +1,7 @@
 """The staged store as a folder on the network volume: the key's `staged/` directory.
 
     <key_dir>/staged/
-        bundles/<sha256 prefix>-<id>.tar    written as .tmp-*, fsynced, verified, then renamed
+        bundles/<sha256 prefix>-<id>.tar.zst  (.tar: plain) written as .tmp-*, fsynced, verified, renamed
         generations/g00000007.json          a generation; created by os.link, so never overwritten
         readers/<reader>.json               a restore in progress (protects its bundles)
         publish.lease                       who may publish now, until when (created exclusively)
@@ -34,7 +34,7 @@ from .backend import (
     lease_payload,
     step,
 )
-from .bundle import CHUNK, BundleRef, StoreError, bundle_name, file_chunks, gen_name, now
+from .bundle import CHUNK, BundleRef, StoreError, bundle_name, file_chunks, file_ranges, gen_name, now
 from .history import write_json_atomic
 
 
@@ -56,6 +56,7 @@ class StagedStore(BundleStore):
     """The staged part of one key's directory on the volume."""
 
     root: Path
+    compression: str = "zstd"  # new bundles: "zstd" frames or "none" (plain tar)
     kind = "volume"
 
     @property
@@ -135,9 +136,13 @@ class StagedStore(BundleStore):
 
     def bundle_chunks(self, ref: BundleRef) -> Iterator[bytes]:
         path = self.bundles / ref.name
-        if not path.is_file():
-            raise StoreError(f"bundle {ref.name} is missing", ref.name)
-        return file_chunks(path)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise StoreError(f"bundle {ref.name} is missing", ref.name) from None
+        if size != ref.size:  # only the index's bytes are read: a longer file would pass unseen
+            raise StoreError(f"bundle {ref.name} is truncated or corrupt: {size} bytes, index: {ref.size}", ref.name)
+        return file_ranges(path, ref.size)
 
     def bundle_writer(self) -> BundleWriter:
         return _FolderBundleWriter(self)
@@ -162,7 +167,7 @@ class _FolderBundleWriter(BundleWriter):
         self.tmp = store.bundles / f".tmp-{uuid.uuid4().hex}.tar"
         self.sink: BinaryIO = open(self.tmp, "wb", buffering=CHUNK)
 
-    def commit(self, size: int, sha256: str, files: int) -> BundleRef:
+    def commit(self, size: int, sha256: str, files: int, *, compressed: bool = False) -> BundleRef:
         self.sink.flush()
         os.fsync(self.sink.fileno())
         self.sink.close()
@@ -174,7 +179,7 @@ class _FolderBundleWriter(BundleWriter):
             read += len(chunk)
         if read != size or check.hexdigest() != sha256:
             raise StoreError(f"bundle verification failed after writing ({read} of {size} bytes read back)")
-        name = bundle_name(sha256, uuid.uuid4().hex)
+        name = bundle_name(sha256, uuid.uuid4().hex, compressed=compressed)
         os.rename(self.tmp, self.store.bundles / name)
         step("publish:bundle_renamed")
         return BundleRef(name, sha256, size, files)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .bundle import CHUNK
+from .zst import FrameWriter
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Packed:
     sha256: str
     files: Mapping[str, tuple[int, int, str]]  # path -> (size, mtime_ns, sha256) of the bytes packed
     unstable: tuple[str, ...] = ()  # packed bytes not to be indexed: the file changed, or is open for writing
+    compressed: bool = False  # zstd frames (`store.zst`), not a bare tar stream
 
 
 class _Exactly(io.RawIOBase):
@@ -63,9 +65,10 @@ def pack_bundle(
     *,
     writing: frozenset[str] = frozenset(),
     roots: Mapping[str, Path] | None = None,
+    compress: bool = False,
 ) -> Packed:
     """Write the files (relative to `local`, or to `roots[path]`) as a GNU tar stream into `sink`,
-    hashing every byte on its way out.
+    in zstd frames if `compress` (`store.zst`), hashing every byte on its way out.
 
     Every member is a regular file (a hard link's second name too: restore writes regular files
     only). A file is indexed only if its size and mtime are the same before and after its bytes
@@ -89,7 +92,8 @@ def pack_bundle(
             return len(data)
 
     hashing = Hashing()
-    buffered = io.BufferedWriter(hashing, CHUNK)
+    frames = FrameWriter(hashing) if compress else None
+    buffered = io.BufferedWriter(frames or hashing, CHUNK)
     packed: dict[str, tuple[int, int, str]] = {}
     unstable: list[str] = []
     with tarfile.open(fileobj=buffered, mode="w|", format=tarfile.GNU_FORMAT, bufsize=1 << 20) as tar:
@@ -116,7 +120,9 @@ def pack_bundle(
             else:
                 unstable.append(rel)
     buffered.flush()
-    return Packed(hashing.size, digest.hexdigest(), packed, tuple(unstable))
+    if frames is not None:
+        frames.finish()
+    return Packed(hashing.size, digest.hexdigest(), packed, tuple(unstable), compressed=compress)
 
 
 _DIGESTS: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, inode) -> sha256, this process

@@ -82,6 +82,7 @@ class S3Store(BundleStore):
         range_size: int = RANGE_SIZE,
         get_workers: int = GET_WORKERS,
         lease_settle_s: float = LEASE_SETTLE_S,
+        compression: str = "zstd",
     ) -> None:
         self.client = client
         self.url = url
@@ -94,6 +95,7 @@ class S3Store(BundleStore):
         self.range_size = range_size
         self.get_workers = get_workers
         self.lease_settle_s = lease_settle_s
+        self.compression = compression
         self._lock = threading.Lock()
 
     @property
@@ -259,9 +261,9 @@ class _S3BundleWriter(BundleWriter):
         self.raw = tempfile.TemporaryFile(dir=store.spool_dir, prefix="warmstart-bundle-")
         self.sink: BinaryIO = open(self.raw.fileno(), "wb", buffering=CHUNK, closefd=False)
 
-    def commit(self, size: int, sha256: str, files: int) -> BundleRef:
+    def commit(self, size: int, sha256: str, files: int, *, compressed: bool = False) -> BundleRef:
         self.sink.flush()
-        name = bundle_name(sha256, uuid.uuid4().hex)
+        name = bundle_name(sha256, uuid.uuid4().hex, compressed=compressed)
         rel = f"bundles/{name}"
         key = self.store._key(rel)
         fd = self.raw.fileno()
@@ -403,7 +405,10 @@ def _age_on_store_clock(response: dict[str, Any]) -> float | None:
         return None
 
 
-def open_store(url: str, endpoint_url: str | None, region: str | None, key: str, *, spool_dir: Path) -> S3Store:
+def open_store(
+    url: str, endpoint_url: str | None, region: str | None, key: str, *, spool_dir: Path, compression: str = "zstd"
+) -> S3Store:
     """The S3 tier for one key, from the settings (no request is made yet)."""
     spool_dir.mkdir(parents=True, exist_ok=True)
-    return S3Store(make_client(endpoint_url, region or None), parse_s3_url(url), key, spool_dir=spool_dir)
+    client = make_client(endpoint_url, region or None)
+    return S3Store(client, parse_s3_url(url), key, spool_dir=spool_dir, compression=compression)

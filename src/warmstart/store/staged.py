@@ -2,12 +2,12 @@
 
 Writing compilers' thousands of small files straight onto a network volume is slow to
 read (a round trip per open and stat) and unsafe when several workers boot cold at once.
-In staged mode a store holds, per key, immutable *bundles* (tar files) and *generations*
+In staged mode a store holds, per key, immutable *bundles* (tar, in zstd frames) and *generations*
 (JSON indexes naming the bundles and every file in them); the format is `store.bundle`.
 On the volume (`store.folder`):
 
     <key_dir>/staged/
-        bundles/<sha256 prefix>-<id>.tar    written as .tmp-*, verified, then renamed
+        bundles/<sha256 prefix>-<id>.tar.zst  (.tar: plain) written as .tmp-*, verified, then renamed
         generations/g00000007.json          a generation; exists only once complete
         readers/<reader>.json               a restore in progress (protects its bundles)
         publish.lease                       who may publish now, until when
@@ -16,16 +16,17 @@ An S3 prefix holds the same names (`store.s3`); the algorithms here are written 
 against `store.backend.BundleStore` and run on both.
 
 A boot restores the newest complete generation in a few large sequential reads, checking
-each bundle's SHA-256 while it streams, into a fresh local directory that then replaces
-the key's local cache. A corrupt or truncated bundle is reported and the next older
-generation tried. After vLLM serves, the worker that holds the lease publishes a bundle of
-the files the current generation lacks and a generation that lists the old bundles plus
-the new one (the union); others wait for the lease and then publish only what is still
-missing, usually nothing. Generations are created without overwriting (`os.link` on the
-volume, a conditional or verified PUT on S3), so even two publishers that both believe they
-hold the lease cannot clobber each other. Old generations and unreferenced bundles are
-removed only when no registered reader can still be restoring them, generation first,
-bundles after, so the store is consistent after every step.
+each bundle's SHA-256 while it streams and writing its files meanwhile (`store.extract`),
+into a fresh local directory that then replaces the key's local cache. A corrupt or
+truncated bundle is reported and the next older generation tried. After vLLM serves, the
+worker that holds the lease publishes a bundle of the files the current generation lacks
+and a generation that lists the old bundles plus the new one (the union); others wait for
+the lease and then publish only what is still missing, usually nothing. Generations are
+created without overwriting (`os.link` on the volume, a conditional or verified PUT on S3),
+so even two publishers that both believe they hold the lease cannot clobber each other. Old
+generations and unreferenced bundles are removed only when no registered reader can still
+be restoring them, generation first, bundles after, so the store is consistent after every
+step.
 
 Like huggingface_hub's cache manager, each operation is a scan, then a plan, then an
 `execute()`: a dry run is free.
@@ -58,14 +59,15 @@ from .bundle import (
     Generation,
     StoreError,
     StoreUnavailable,
-    extract_bundle,
     gen_name,
     layer_of,
     now,
     per_layer,
 )
+from .extract import extract_bundle
 from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
+from .staging import clear_leftovers, swap_in
 
 log = logging.getLogger("warmstart")
 
@@ -111,7 +113,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
     problems: list[str] = []
     bad: list[str] = []
     staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    clear_leftovers(dest)
     unavailable = False
     unregistered = False
     try:
@@ -167,9 +169,7 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
                     store.remove(registration)
                 except (OSError, StoreError):
                     pass
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, dest)
+        swap_in(staging, dest)
         files = [(p, f.size) for p, f in gen.files.items()]
         seconds = time.monotonic() - start
         return RestoreResult(
@@ -258,11 +258,18 @@ def _write_bundle(
     no bundle (None) when not one file held still."""
     writer = store.bundle_writer()
     try:
-        packed = pack_bundle(local, files, writer.sink, writing=open_for_writing(local), roots=roots)
+        packed = pack_bundle(
+            local,
+            files,
+            writer.sink,
+            writing=open_for_writing(local),
+            roots=roots,
+            compress=store.compression == "zstd",
+        )
         if not packed.files:
             writer.abort()
             return None, packed
-        return writer.commit(packed.size, packed.sha256, len(packed.files)), packed
+        return writer.commit(packed.size, packed.sha256, len(packed.files), compressed=packed.compressed), packed
     except BaseException:
         writer.abort()
         raise
