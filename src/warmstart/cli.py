@@ -189,7 +189,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         settings = _settings(args)
         plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
         scan = scan_volume(plan.layout)
-        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed)
+        on = settings.seed_siblings == "auto"
+        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed, seeding=on)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -185,13 +185,21 @@ def _seeded(seed: SeedPlan | None, reason: str) -> tuple[str, str]:
 
 
 def explain_current(
-    key_name: str, factors: Mapping[str, Any], mode: str, scan: VolumeScan, seed: SeedPlan | None = None
+    key_name: str,
+    factors: Mapping[str, Any],
+    mode: str,
+    scan: VolumeScan,
+    seed: SeedPlan | None = None,
+    *,
+    seeding: bool = True,
 ) -> Explanation:
     """The current configuration's key against what the volume holds. `seed`: the boot's plan of
-    siblings to seed from (staged mode); without it, the volume's siblings are looked at here."""
-    if mode == "staged" and seed is None:
+    siblings to seed from (staged mode); without it, the volume's siblings are looked at here.
+    `seeding` False (WARMSTART_SEED_SIBLINGS=off, direct mode): nothing will be seeded."""
+    if mode != "staged" or not seeding:
+        seed = None
+    elif seed is None:
         seed = volume_seed(key_name, factors, scan)
-    seed = seed if mode == "staged" else None
     found = scan.key(key_name)
     if found is not None:
         verdict, reason = _next_boot(found, mode)

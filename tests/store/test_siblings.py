@@ -333,6 +333,8 @@ def test_explain_says_a_new_key_will_be_seeded_and_from_where(volume):
     assert found.to_json()["seed"]["refused"][0]["key"] == "key-unfit"
     direct = explain_current("key-b", factors(args__max_model_len=384), "direct", scan)
     assert direct.next_boot == "cold", "direct mode is never seeded"
+    off = explain_current("key-b", factors(args__max_model_len=384), "staged", scan, seeding=False)
+    assert off.next_boot == "cold" and off.seed is None, "WARMSTART_SEED_SIBLINGS=off seeds nothing"
 
 
 # --------------------------------------------------------------------------- the S3 store

@@ -37,7 +37,11 @@ def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python):
     def env(config: str) -> dict[str, str]:
         # A fresh local disk per boot, as a new worker has: a warm boot can only come from the volume.
         local = str(tmp_path / f"local-{next(boots)}")
-        return base_env(volume, vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=local, **CONFIGS[config])
+        # Three independent keys, each cold on its own: seeding a new key from its siblings
+        # (partial) is tests/store/test_siblings*.py's; here it would make b and c partial.
+        return base_env(
+            volume, vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=local, WARMSTART_SEED_SIBLINGS="off", **CONFIGS[config]
+        )
 
     def warmstart(*args: str, config: str = "a") -> dict:
         out = run_warmstart([*args, "--json"], env(config), timeout=900)
