@@ -169,7 +169,11 @@ class Boot:
         """Staged: replace the local cache with the newest intact generation of the nearest tier."""
         plan = self.plan
         self.restored = restore_tiers(
-            plan.tiers, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s
+            plan.tiers,
+            plan.cache_dirs.base,
+            reader=self.worker,
+            ttl_s=plan.settings.lease_ttl_s,
+            deadline_s=plan.settings.restore_deadline_s,
         )
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
@@ -187,6 +191,7 @@ class Boot:
             lease_ttl_s=plan.settings.lease_ttl_s,
             distrust=self.restored.bad_bundles if self.restored else None,
             blocked=plan.publish_blocked,
+            deadline_s=plan.settings.publish_deadline_s,
         )
         return self.published.first
 

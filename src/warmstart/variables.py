@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .limits import LEASE_TTL_S, RUNPOD_INIT_TIMEOUT_S
+from .limits import LEASE_TTL_S, PUBLISH_DEADLINE_S, RESTORE_DEADLINE_S, RUNPOD_INIT_TIMEOUT_S
 from .secrets import is_secret_name as _is_secret_name
 from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 
@@ -187,6 +187,26 @@ WRAPPER: tuple[Variable, ...] = (
         "staged: how long a worker waits for another worker's publish lease before skipping its publish",
         default="120",
         field="publish_wait_s",
+    ),
+    Variable(
+        "WARMSTART_RESTORE_DEADLINE_S",
+        "float",
+        "staged: how long one tier's whole restore (list, register, fetch, extract) may take; past it the tier is "
+        "skipped with one warning, nothing of it is kept, and the boot goes on from the next tier or cold. Two "
+        "tiers that both stall cost twice this, which must leave vLLM its start within `RUNPOD_INIT_TIMEOUT` "
+        "(a warning says when it does not)",
+        default=f"{RESTORE_DEADLINE_S:g}",
+        field="restore_deadline_s",
+        minimum=1,
+    ),
+    Variable(
+        "WARMSTART_PUBLISH_DEADLINE_S",
+        "float",
+        "staged: how long one tier's whole publish (lease, upload, generation, garbage collection) may take; past "
+        "it the publish is abandoned with one warning and the tier's previous generation stays",
+        default=f"{PUBLISH_DEADLINE_S:g}",
+        field="publish_deadline_s",
+        minimum=1,
     ),
     Variable(
         "WARMSTART_SERVE_PUBLISH_S",

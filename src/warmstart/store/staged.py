@@ -33,6 +33,7 @@ Like huggingface_hub's cache manager, each operation is a scan, then a plan, the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -64,6 +65,7 @@ from .bundle import (
     now,
     per_layer,
 )
+from .deadline import Deadline
 from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
 
@@ -105,12 +107,16 @@ def _register_reader(store: BundleStore, reader: str, gen: Generation, ttl_s: fl
     return rel
 
 
-def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.0) -> RestoreResult:
-    """Replace `dest` with the newest generation that restores intact (or leave it empty)."""
+def restore(
+    store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.0, guard: Deadline | None = None
+) -> RestoreResult:
+    """Replace `dest` with the newest generation that restores intact (or leave it empty). With a
+    `guard`, `dest` is written only under its `committing()`: never once its deadline passed."""
     start = time.monotonic()
     problems: list[str] = []
     bad: list[str] = []
-    staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
+    # Per store: a tier's restore left behind by its deadline never touches the next tier's.
+    staging = dest.with_name(dest.name + f".restoring-{os.getpid()}-{store.kind}")
     shutil.rmtree(staging, ignore_errors=True)
     unavailable = False
     unregistered = False
@@ -167,18 +173,29 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
                     store.remove(registration)
                 except (OSError, StoreError):
                     pass
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, dest)
+        _replace(dest, staging, guard)
         files = [(p, f.size) for p, f in gen.files.items()]
         seconds = time.monotonic() - start
         return RestoreResult(
             number, len(files), gen.bytes, seconds, per_layer(files), tuple(problems), tuple(bad), store.kind
         )
-    # Nothing restorable: start cold, from an empty directory.
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True, exist_ok=True)
+    _replace(dest, None, guard)  # nothing restorable: start cold, from an empty directory
     return RestoreResult(None, 0, 0, time.monotonic() - start, {}, tuple(problems), tuple(bad), store.kind, unavailable)
+
+
+def _replace(dest: Path, staging: Path | None, guard: Deadline | None) -> None:
+    """`dest` becomes `staging` (or empty), unless the guard's deadline passed (then `staging` goes)."""
+    try:
+        with guard.committing() if guard is not None else contextlib.nullcontext():
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if staging is None:
+                dest.mkdir(exist_ok=True)
+            else:
+                os.replace(staging, dest)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- publish
