@@ -174,6 +174,10 @@ class _Bounded(BundleStore):
     def lease(self, holder: str, ttl_s: float) -> Lease:
         return _BoundedLease(self.store.lease(holder, ttl_s), self.deadline)
 
+    def clock_offset(self) -> float:
+        self.deadline.check("reading the store's clock")
+        return self.store.clock_offset()
+
 
 class _BoundedWriter(BundleWriter):
     def __init__(self, writer: BundleWriter, deadline: Deadline) -> None:

@@ -102,7 +102,8 @@ class RestoreResult:
 def _register_reader(store: BundleStore, reader: str, gen: Generation, ttl_s: float) -> str:
     """Atomically (a half-written registration would protect nothing from the collector)."""
     rel = f"{READERS}/{reader}.json"
-    payload = {"generation": gen.number, "bundles": [b.name for b in gen.bundles], "expires": now() + ttl_s}
+    payload = {"generation": gen.number, "bundles": [b.name for b in gen.bundles], "ttl_s": ttl_s}
+    payload["expires"] = now() + ttl_s  # for people and old collectors: its age on the store's clock decides
     store.write(rel, json.dumps(payload, sort_keys=True).encode())
     return rel
 
