@@ -74,8 +74,9 @@ S3RVER_VERSION := 3.7.1
 
 bench-tools: .s3rver/.installed
 
-# The GPU path on a bare CUDA machine (torch + Triton, no vLLM, nothing installed): hardware
-# detection and a compile cache hit across processes, as one JSON document. Skips without a GPU.
+# The GPU path on a bare CUDA machine (torch + Triton, nothing installed): hardware detection and a
+# compile cache hit across processes, as one JSON document; where GPU_PYTHON has vLLM, also two boots,
+# fitted to MAX_CONCURRENCY and not, with their capture sizes and seconds. Skips without a GPU.
 GPU_PYTHON ?= python3
 gpu-check:
 	PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tools $(GPU_PYTHON) -m warmstart_dev.gpucheck --python $(GPU_PYTHON)

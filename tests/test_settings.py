@@ -34,7 +34,10 @@ def test_defaults_follow_worker_vllm():
     assert s.max_concurrency == 30
     assert s.startup_timeout_s == 1200
     assert s.cache_mode == "staged"
-    assert engine_flag_args(s) == []
+    assert s.fit_concurrency is True
+    # No engine flag set: only the fit to MAX_CONCURRENCY (vllm/concurrency.py); off, nothing.
+    assert engine_flag_args(s) == ["--max-num-seqs", "30"]
+    assert engine_flag_args(settings(WARMSTART_FIT_CONCURRENCY="0")) == []
 
 
 @pytest.mark.parametrize(
@@ -97,9 +100,10 @@ def test_engine_flags_from_worker_vllm_names():
 
 def test_booleans_follow_vllm_flag_kinds():
     # --disable-log-stats is store-true: false emits nothing; paired flags emit --no-...
-    assert engine_flag_args(settings(DISABLE_LOG_STATS="0")) == []
-    assert engine_flag_args(settings(DISABLE_LOG_STATS="yes")) == ["--disable-log-stats"]
-    assert engine_flag_args(settings(ENFORCE_EAGER="0")) == ["--no-enforce-eager"]
+    off = {"WARMSTART_FIT_CONCURRENCY": "0"}  # the fit's own flag is tests/vllm/test_concurrency.py's
+    assert engine_flag_args(settings(DISABLE_LOG_STATS="0", **off)) == []
+    assert engine_flag_args(settings(DISABLE_LOG_STATS="yes", **off)) == ["--disable-log-stats"]
+    assert engine_flag_args(settings(ENFORCE_EAGER="0", **off)) == ["--no-enforce-eager"]
 
 
 def test_engine_command_binds_loopback_and_appends_extra_args_last():

@@ -25,15 +25,19 @@ from warmstart.store.staged import PublishResult, worker_id
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
+from .hardware import engine_world_size
 from .model import link_model
 from .plan import BootPlan, stage
 from .redact import Redactor
 from .report import BootObservation, build_report, expectation
 from .store.booting import write_boot_marker
 from .store.history import BootHistory, KeyStore, now_iso
+from .store.seed import SeedResult, SeedUse, seed_from, seed_lines, seed_use, sibling_opener
+from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
+from .vllm.concurrency import fit_concurrency, fit_words
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
@@ -78,6 +82,8 @@ class Boot:
     load_start: tuple[float, int] | None = None
     link_warning: str | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
     on_serving_line: Callable[[str], None] | None = None  # after ready: each line of vLLM's (worker/upkeep.py)
+    seeded: SeedResult | None = None  # staged, no generation of its own: what a sibling key seeded
+    seed_use: dict[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
 
     def _on_line(self, line: LogLine) -> None:
         if self.on_serving_line is not None:
@@ -175,6 +181,11 @@ class Boot:
             ttl_s=plan.settings.lease_ttl_s,
             deadline_s=plan.settings.restore_deadline_s,
         )
+        if not self.restored.restored and plan.seed is not None:
+            opener = sibling_opener(plan.staged.root if plan.staged else None, plan.s3)
+            self.seeded = seed_from(
+                plan.seed, plan.cache_dirs.base, opener, reader=self.worker, ttl_s=plan.settings.lease_ttl_s
+            )
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
         """Staged: publish what this boot added that each tier's generation lacks, the volume
@@ -193,6 +204,11 @@ class Boot:
             blocked=plan.publish_blocked,
             deadline_s=plan.settings.publish_deadline_s,
         )
+        if plan.s3 is not None and (s3 := self.published.of(plan.s3.kind)) and s3.status != "failed":
+            try:  # an S3 store has no manifest: what makes this key a sibling to others (store/siblings.py)
+                record_key(plan.s3, plan.key.dirname, plan.key.factors, now_iso())
+            except Exception as exc:  # a store that fails here is a warning, as a failed publish is
+                log.warning("warmstart | publish  | could not record the key's factors in the S3 store: %s", exc)
         return self.published.first
 
     def link_model(self) -> None:
@@ -229,7 +245,9 @@ class Boot:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
         self.engine.start()
-        stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d)", plan.engine.vllm, port, self.engine.pid)
+        world = engine_world_size(plan.settings.engine, plan.settings.extra_args)
+        fit = fit_words(fit_concurrency(plan.settings), plan.hardware.kind, world)
+        stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit)
 
     def wait_ready(self) -> float:
         assert self.engine is not None
@@ -239,6 +257,7 @@ class Boot:
             self.stop_prefetch("vLLM failed")
             raise
         self.ready_s = round(time.monotonic() - self.t0, 3)
+        self.seed_use = seed_use(self.seeded, self.plan.cache_dirs.base)  # before a publish reads every file
         usage = resource.getrusage(resource.RUSAGE_SELF)  # this process only: not vLLM's
         stage(
             "engine",
@@ -277,6 +296,8 @@ class Boot:
             weights=self.weights_observed(),
             compile_hashes=hashes,
             error=error,
+            seeded=self.seeded,
+            seed_use=self.seed_use,
         )
 
     def weights_observed(self) -> dict[str, Any] | None:
@@ -383,6 +404,6 @@ def run_boot(
 
 
 def emit_report(report: BootReport) -> None:
-    for line in report.lines():
+    for line in [*report.lines(), *seed_lines(report.staged)]:
         log.info("%s", line)
     log.info("warmstart | report   | json %s", report.to_json())

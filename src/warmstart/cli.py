@@ -189,7 +189,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         settings = _settings(args)
         plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
         scan = scan_volume(plan.layout)
-        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan)
+        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .store.scan import KeyInfo, VolumeScan
+from .store.siblings import SeedPlan, Sibling, choose_seeds
 from .vllm.evidence import flatten
 
 NEAREST = 3
@@ -97,6 +98,7 @@ class Explanation:
     why: tuple[str, ...] = ()  # readable reasons the last boot missed
     warnings: tuple[str, ...] = ()
     factors: Mapping[str, Any] = field(default_factory=dict)
+    seed: SeedPlan | None = None  # a key with no generation of its own: where its boot will seed from
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +110,7 @@ class Explanation:
             "last_boot": dict(self.last_boot) if self.last_boot is not None else None,
             "why": list(self.why),
             "warnings": list(self.warnings),
+            "seed": self.seed.to_json() if self.seed is not None else None,
         }
 
     def lines(self) -> list[str]:
@@ -116,6 +119,9 @@ class Explanation:
             out.append(f"next boot  {self.next_boot}: {self.reason}")
         elif self.reason:
             out.append(f"           {self.reason}")
+        for source in self.seed.sources[:1] if self.seed is not None else ():
+            out.append(f"seed from  {source.key} ({source.tier} store): {', '.join(self.seed.layers)}")
+            out.append(f"           differs: {describe_differences(labelled(source.differs)) or 'nothing recorded'}")
         for n in self.nearest:
             out.append(f"nearest    {n.key} (last boot {n.last_verdict or '?'})")
             out.append(f"           differs: {describe_differences(n.differs) or 'nothing recorded'}")
@@ -155,18 +161,54 @@ def _next_boot(key: KeyInfo, mode: str) -> tuple[str, str]:
     return "cold", "the key exists but no earlier boot of it became ready"
 
 
-def explain_current(key_name: str, factors: Mapping[str, Any], mode: str, scan: VolumeScan) -> Explanation:
-    """The current configuration's key against what the volume holds."""
+def labelled(differs: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
+    """Dotted factor names (store/siblings.py) in the words a user set them with."""
+    return {factor_label(name): pair for name, pair in differs.items()}
+
+
+def volume_seed(key_name: str, factors: Mapping[str, Any], scan: VolumeScan) -> SeedPlan:
+    """The siblings on the volume a boot would seed from (the boot's plan adds the S3 store's)."""
+    siblings = [Sibling(k.name, k.factors, "volume", k.generations, k.last_used or "") for k in scan.keys if k.factors]
+    return choose_seeds(key_name, factors, siblings)
+
+
+def _seeded(seed: SeedPlan | None, reason: str) -> tuple[str, str]:
+    """`partial expected` and why, when a sibling will seed the boot; else cold, as `reason` says."""
+    if seed is None or not seed.sources:
+        return "cold", reason
+    source = seed.sources[0]
+    differs = describe_differences(labelled(source.differs)) or "nothing recorded"
+    return "partial expected", (
+        f"no generation of its own: {', '.join(seed.layers)} will be seeded from {source.key} "
+        f"({source.tier} store; it differs in: {differs}); vLLM's own compile cache starts empty"
+    )
+
+
+def explain_current(
+    key_name: str, factors: Mapping[str, Any], mode: str, scan: VolumeScan, seed: SeedPlan | None = None
+) -> Explanation:
+    """The current configuration's key against what the volume holds. `seed`: the boot's plan of
+    siblings to seed from (staged mode); without it, the volume's siblings are looked at here."""
+    if mode == "staged" and seed is None:
+        seed = volume_seed(key_name, factors, scan)
+    seed = seed if mode == "staged" else None
     found = scan.key(key_name)
     if found is not None:
         verdict, reason = _next_boot(found, mode)
-        return Explanation(key_name, True, verdict, reason, warnings=scan.warnings, factors=factors)
+        if verdict == "cold" and mode == "staged":
+            verdict, reason = _seeded(seed, reason)
+        shown = seed if verdict == "partial expected" else None
+        return Explanation(key_name, True, verdict, reason, warnings=scan.warnings, factors=factors, seed=shown)
     nearest = nearest_keys(factors, scan.keys)
     if nearest:
         reason = f"no key on the volume matches; the nearest differs in: {describe_differences(nearest[0].differs)}"
     else:
         reason = "the volume holds no key yet: the first boot compiles everything"
-    return Explanation(key_name, False, "cold", reason, tuple(nearest), warnings=scan.warnings, factors=factors)
+    verdict, reason = _seeded(seed, reason)
+    shown = seed if verdict == "partial expected" else None
+    return Explanation(
+        key_name, False, verdict, reason, tuple(nearest), warnings=scan.warnings, factors=factors, seed=shown
+    )
 
 
 _FACTOR_LINE = re.compile(r"^recorded factor differs from the last good boot \(([^)]*)\): ([^:]+): (.*) -> (.*)$")

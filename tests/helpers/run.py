@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,14 @@ def group_alive(pgid: int) -> bool:
             if int(fields[2]) == pgid and fields[0] != "Z":
                 return True
     return False
+
+
+def engine_pid(log: str) -> int:
+    """vLLM's pid (its process group's id) from the engine stage's `starting vLLM ... (pid N)` line."""
+    for line in log.splitlines():
+        if "warmstart | engine   | starting vLLM" in line and (m := re.search(r"\(pid (\d+)\)", line)):
+            return int(m.group(1))
+    raise AssertionError("no vLLM pid in the log")
 
 
 def start_warmstart(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

@@ -52,3 +52,31 @@ DIFFERENT_KEYS = [
     ({"HF_OVERRIDES": '{"rms_norm_eps": 0.001}'}, {"HF_OVERRIDES": '{"rms_norm_eps": 0.01}'}),
     ({"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 4096"}, {"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 2048"}),
 ]
+
+# The fit to MAX_CONCURRENCY (vllm/concurrency.py) yields to each of these: tests/vllm/test_concurrency.py
+# checks the argv, tests/vllm/test_vllm_hash.py that vLLM's parser reads the user's value from it.
+# Every way to choose max_num_seqs: (variables, the value vLLM ends up with).
+USER_SEQS = [
+    ({"MAX_NUM_SEQS": "8"}, 8),
+    ({"VLLM_EXTRA_ARGS": "--max-num-seqs 8"}, 8),
+    ({"VLLM_EXTRA_ARGS": "--max-num-seqs=8"}, 8),
+    ({"VLLM_EXTRA_ARGS": "--max_num_seqs 8"}, 8),  # utils/argparse_utils.py: `_` -> `-` before the first `.`
+    ({"VLLM_EXTRA_ARGS": "--max_num-seqs=8"}, 8),
+    ({"VLLM_EXTRA_ARGS": "--max-num-se 8"}, 8),  # argparse's unambiguous prefix (allow_abbrev)
+    ({"MAX_NUM_SEQS": "4", "VLLM_EXTRA_ARGS": "--max-num-seqs 8"}, 8),  # extra args last: they win
+]
+# Every way to choose the capture sizes (or their largest).
+USER_SIZES = [
+    {"COMPILATION_CONFIG": '{"cudagraph_capture_sizes": [1, 2, 4]}'},
+    {"COMPILATION_CONFIG": '{"max_cudagraph_capture_size": 8, "mode": 3}'},
+    {"VLLM_EXTRA_ARGS": """-cc '{"cudagraph_capture_sizes": [1, 2, 4]}'"""},
+    {"VLLM_EXTRA_ARGS": """--compilation-config='{"max_cudagraph_capture_size": 8}'"""},
+    {"VLLM_EXTRA_ARGS": """--compilation_config '{"cudagraph_capture_sizes": [4]}'"""},
+    {"VLLM_EXTRA_ARGS": "-cc.cudagraph_capture_sizes [1,2,4]"},
+    {"VLLM_EXTRA_ARGS": "--compilation-config.max_cudagraph_capture_size=8"},
+    {"VLLM_EXTRA_ARGS": "-cc.cudagraph_capture_sizes+ 1,2,4"},
+    {"VLLM_EXTRA_ARGS": "--cudagraph-capture-sizes 1 2 4"},
+    {"VLLM_EXTRA_ARGS": "--cudagraph_capture_sizes 1 2 4"},
+    {"VLLM_EXTRA_ARGS": "--max-cudagraph-capture-size 8"},
+    {"VLLM_EXTRA_ARGS": "--max_cudagraph_capture_size=8"},
+]

@@ -18,7 +18,7 @@ A case may also carry "link": [PATH, TARGET]: PATH is (re)pointed at TARGET befo
 built, as warmstart's boot does with the stable model path.
 
 Output: JSON written to the path given as the only argument (vLLM logs to stdout):
-{"vllm": version, "cases": {name: {"config_hash", "env_hash", "error"}}, "env_names": [...],
+{"vllm": version, "cases": {name: {"config_hash", "env_hash", "max_num_seqs", "error"}}, "env_names": [...],
 "env_ignored": [...]}; env_ignored is the ignore list read from `envs.compile_factors`'s source.
 
 This file imports nothing from warmstart: it runs where only vLLM is installed.
@@ -81,6 +81,7 @@ def main() -> None:
             results[case["name"]] = {
                 "config_hash": config.compute_hash(),
                 "env_hash": hash_factors(envs.compile_factors()),
+                "max_num_seqs": config.scheduler_config.max_num_seqs,  # what the argv set, or vLLM's default
                 "error": None,
             }
         except (Exception, SystemExit) as exc:  # vLLM refuses the case: say why

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from helpers.run import WARMSTART, base_env
+from helpers.run import WARMSTART, base_env, engine_pid
 from warmstart.vllm.engine import free_port
 
 
@@ -64,10 +64,7 @@ class Worker:
         raise AssertionError(f"worker not serving after {timeout} s:\n{self.log[-4000:]}")
 
     def vllm_pgid(self) -> int:
-        for line in self.log.splitlines():
-            if "warmstart | engine   | starting vLLM" in line:
-                return int(line.rsplit("pid ", 1)[1].rstrip(")"))
-        raise AssertionError("no vLLM pid in the log")
+        return engine_pid(self.log)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

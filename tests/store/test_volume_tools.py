@@ -504,6 +504,19 @@ def test_predict_reads_samples_from_reports_and_treats_phases_as_data(volume3):
     assert predict.evaluate(samples)["cold"]["n"] == 3
 
 
+def test_predict_leaves_out_boots_seeded_from_a_sibling(volume3):
+    # A seeded boot compiled part of its kernels and took the rest from another key: neither a cold
+    # nor a warm sample. A `partial` of the key's own (compile hit, another layer missed) stays warm.
+    layout, _, _ = volume3
+    boots = [(k.name, b) for k in scan_volume(layout).keys for b in k.history]
+    whole = predict.samples_from_history(boots, lambda _: 2.0)
+    boots[0][1]["staged"] = {"seeded": {"from": "tiny-llama--other-key", "tier": "volume"}}
+    boots[1][1]["staged"] = {"seeded": {"from": None, "note": "no sibling"}}
+    samples = predict.samples_from_history(boots, lambda _: 2.0)
+    assert len(samples) == len(whole) - 1
+    assert sum(s.cold for s in samples) == sum(s.cold for s in whole) - (boots[0][1]["verdict"] == "cold")
+
+
 def test_gc_killed_halfway_through_deleting_a_key_leaves_no_half_key(volume3, tmp_path, monkeypatch):
     layout, keys, _ = volume3
     import warmstart.store.gc as gc_module

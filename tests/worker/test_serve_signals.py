@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers.run import WARMSTART, base_env, group_alive, paused_env, read_until, start_warmstart
+from helpers.run import WARMSTART, base_env, engine_pid, group_alive, paused_env, read_until, start_warmstart
 from helpers.worker import Worker
 from warmstart.store.folder import StagedStore
 
@@ -29,10 +29,7 @@ def leases(volume: Path) -> list[Path]:
 
 
 def engine_pgid(text: str) -> int:
-    for line in text.splitlines():
-        if "warmstart | engine   | starting vLLM" in line:
-            return int(line.rsplit("pid ", 1)[1].rstrip(")"))
-    raise AssertionError("no vLLM pid in the log")
+    return engine_pid(text)
 
 
 def published_files(volume: Path) -> set[str]:

@@ -176,7 +176,14 @@ def bench_boot(workdir: Path, repeats: int = 2) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.bench == "boot":
+    if args.bench == "capture":
+        from .capturebench import bench_capture, markdown
+
+        result = bench_capture(Path(args.workdir).resolve(), wheel=args.wheel)
+        if args.markdown:
+            print(markdown(result))
+            return 0
+    elif args.bench == "boot":
         result = bench_boot(Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "2")))
     elif args.bench == "s3":
         from .s3bench import bench_s3
@@ -193,6 +200,10 @@ def main(args: argparse.Namespace) -> int:
             kill_rate=args.kill_rate,
             seed=args.seed,
         )
+    elif args.bench == "siblings":
+        from .siblingsbench import bench_siblings
+
+        result = bench_siblings(Path(args.workdir).resolve(), pairs=args.pairs)
     elif args.bench == "predict":
         from .predictbench import bench_predict
 

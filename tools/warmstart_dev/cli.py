@@ -1,7 +1,7 @@
 """`warmstart-dev`: the project's tools, beside `warmstart` but never in the image.
 
     warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
-    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos  benchmarks, printed as JSON
+    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings  benchmarks, printed as JSON
 
 Errors read as `warmstart`'s do (one line, exit 2 for settings, model and engine errors).
 """
@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/predict")
+    b = bench_sub.add_parser("siblings", help="a new key seeded from its sibling key against the same key cold")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/siblings")
+    b.add_argument("--pairs", type=int, default=3, help="cold/seeded pairs per variant (default 3)")
     b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/s3")
@@ -78,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fault-rate", type=float, default=0.05, help="share of S3 requests faulted (default 0.05)")
     b.add_argument("--kill-rate", type=float, default=0.5, help="share of rounds with a SIGKILL (default 0.5)")
     b.add_argument("--seed", type=int, default=0)
+    b = bench_sub.add_parser("capture", help="CUDA graphs vLLM 0.33 captures on an H200 profile, fitted or not")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--markdown", action="store_true", help="print docs/BENCHMARKS.md's table instead")
+    b.add_argument("--workdir", default=".bench/capture")
+    b.add_argument("--wheel", help="the vllm-0.33.0 wheel (default: the test cache, ~/.cache/warmstart-tests/vllm)")
     b = bench_sub.add_parser("serve", help="the job handler's overhead under load; --api: jobs through Runpod's API")
     b.add_argument("--json", action="store_true")
     b.add_argument("--jobs", type=int, help="jobs per side (default 3000; --api: 30)")

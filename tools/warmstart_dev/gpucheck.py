@@ -1,6 +1,6 @@
-"""`make gpu-check`: warmstart's GPU path on a bare CUDA machine (torch and Triton, no vLLM).
+"""`make gpu-check`: warmstart's GPU path on a CUDA machine (torch and Triton; vLLM where installed).
 
-    PYTHONPATH=src:tools python3 -m warmstart_dev.gpucheck [--python PY] [--workdir DIR]
+    PYTHONPATH=src:tools python3 -m warmstart_dev.gpucheck [--python PY] [--workdir DIR] [--no-vllm]
 
 What it checks, each through warmstart's own code:
 
@@ -12,12 +12,18 @@ What it checks, each through warmstart's own code:
   `CacheDirs.env()` (warmstart's mapping). The first must add Inductor and Triton files,
   the second must add none and read `hit` from `evidence.layer_statuses` (the boot
   report's own verdict code), with Inductor's FX-graph cache counting a hit;
-- FlashInfer: only where `flashinfer` and `nvcc` are installed (not on a bare machine).
+- FlashInfer: only where `flashinfer` and `nvcc` are installed (not on a bare machine);
+- the fit to MAX_CONCURRENCY (vllm/concurrency.py): only where `--python` has vLLM. Two cold
+  `warmstart boot`s of the tiny test model, fitted (MAX_CONCURRENCY=30: `--max-num-seqs 30`) and
+  not (WARMSTART_FIT_CONCURRENCY=0: vLLM's default), each on its own volume; per boot the report's
+  `cudagraphs` block (sizes, graphs per mode, vLLM's own capture seconds), its cudagraph phase and
+  its ready time (gpufit.py). The fitted boot must capture fewer sizes. These boots take minutes
+  more (gpufit.VLLM_BOOT_S each at most); `--no-vllm` skips them.
 
 It prints one JSON document on stdout (progress goes to stderr) and exits 0 only if every
 check passed, or with `"status": "skipped"` where there is no GPU. It imports only the
-standard library and warmstart modules that do (no runpod, no huggingface_hub, no vLLM),
-and runs in well under 5 minutes: every subprocess gets a share of one deadline.
+standard library and warmstart modules that do (no runpod, no huggingface_hub, no vLLM);
+without vLLM it runs in well under 5 minutes: every subprocess gets a share of one deadline.
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ from warmstart.tree import TreeScan, scan_tree
 from warmstart.vllm.evidence import layer_statuses
 from warmstart.vllm.phases import LogEvidence
 
-DEADLINE_S = 270.0  # the whole check; `make gpu-check` must finish in under 5 minutes
+from .gpufit import check_fit, vllm_version
+
+DEADLINE_S = 270.0  # the checks without vLLM; they must finish in under 5 minutes
 
 # One compile in a fresh process. Seeded weights, so both runs compute the same numbers.
 _COMPILE = r"""
@@ -329,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpucheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch and Triton")
     parser.add_argument("--workdir", help="where the cache directories go (default: a fresh temporary one)")
+    parser.add_argument("--no-vllm", action="store_true", help="skip the two vLLM boots (fitted and not)")
     args = parser.parse_args(argv)
     deadline = Deadline(DEADLINE_S)
     t0 = time.monotonic()
@@ -375,6 +384,18 @@ def main(argv: list[str] | None = None) -> int:
             problems.append("flashinfer: the second JIT did not hit the cache")
     except (RuntimeError, OSError, ValueError, KeyError) as exc:
         problems.append(f"flashinfer: {exc}")
+
+    version = None if args.no_vllm else vllm_version(args.python, env, deadline.left(30))
+    if version is None:
+        why = "--no-vllm" if args.no_vllm else f"vLLM is not installed for {args.python}"
+        report["checks"]["fit"] = {"ok": True, "skipped": why}
+    else:
+        try:
+            report["checks"]["fit"] = fit = {"vllm": version, **check_fit(args.python, env, workdir / "fit")}
+            if not fit["ok"]:
+                problems.append("fit: the fitted boot did not capture fewer CUDA graph sizes (or a boot failed)")
+        except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+            problems.append(f"fit: {exc}")
 
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)

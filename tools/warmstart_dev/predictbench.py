@@ -45,6 +45,8 @@ def bench_predict(workdir: Path, configs: tuple[tuple[int, int], ...] = CONFIGS)
                 "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                 "RUNPOD_VOLUME_PATH": str(volume),
                 "WARMSTART_LOCAL_CACHE": str(workdir / f"local-{n}-{attempt}"),
+                # Each configuration's own cold boot, not one seeded from the previous configuration.
+                "WARMSTART_SEED_SIBLINGS": "off",
             }
             out = subprocess.run([warmstart, "boot", "--json"], env=env, capture_output=True, text=True, check=True)
             report = json.loads(out.stdout)

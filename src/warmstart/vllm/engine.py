@@ -32,6 +32,7 @@ from typing import TextIO
 from ..secrets import is_secret_name
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS, WITHHELD_FROM_VLLM
+from .concurrency import fit_concurrency
 from .hashing import VLLM_HASHED_UNPREFIXED
 from .install import EngineInfo
 
@@ -53,7 +54,8 @@ class EngineFailed(RuntimeError):
 
 
 def engine_flag_args(settings: Settings) -> list[str]:
-    """ENGINE_FLAGS from the environment -> `vllm serve` flags (a pure function)."""
+    """ENGINE_FLAGS from the environment -> `vllm serve` flags (a pure function), and the fitted
+    `--max-num-seqs` where the user left it and the capture sizes to vLLM (concurrency.py)."""
     args: list[str] = []
     values = settings.engine
     for flag in ENGINE_FLAGS:
@@ -67,7 +69,7 @@ def engine_flag_args(settings: Settings) -> list[str]:
             args.append(flag.flag if parse_bool(flag.env, raw) else "--no-" + flag.flag[2:])
         else:
             args += [flag.flag, raw]
-    return args
+    return args + fit_concurrency(settings).args
 
 
 # What vLLM's environment gets from the wrapper's: the variables vLLM and the libraries it runs

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..weights import describe as weights_line
+from .cudagraphs import capture_summary
 from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
 from .phases import LogEvidence, compute_phases, earliest, phase_details
 from .releases import release_note
@@ -343,6 +344,7 @@ class BootReport:
     weights: Mapping[str, Any] | None = None  # weights.weights_block: size, source, prefetch, vLLM's phase
     compiled_while_serving: int | None = None  # kernels vLLM JIT-compiled after warm-up (logread.py)
     compiled_kernels: tuple[str, ...] = ()
+    cudagraphs: Mapping[str, Any] | None = None  # cudagraphs.capture_summary: sizes and graphs vLLM captured
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -391,6 +393,8 @@ class BootReport:
             out.append(f"warmstart | staged   | {line}")
         if self.weights is not None:
             out.append(f"warmstart | weights  | {weights_line(self.weights)}")
+        if self.cudagraphs is not None:
+            out.append(f"warmstart | graphs   | {self.cudagraphs['detail']}")
         if self.compiled_while_serving:
             names = ", ".join(sorted(set(self.compiled_kernels))[:6])
             out.append(
@@ -440,4 +444,5 @@ def report_from_log(lines: Iterable[str], year: int | None = None) -> BootReport
         phase_detail=phase_details(ev),
         compiled_while_serving=jit_count,
         compiled_kernels=tuple(jit_kernels),
+        cudagraphs=capture_summary(ev),
     )

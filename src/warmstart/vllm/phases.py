@@ -132,7 +132,8 @@ class LogEvidence:
     hints: dict[str, list[str]] = field(default_factory=dict)  # cache -> lines about it (logformats.HINTS)
 
     def feed(self, line: str, t: float | None, *, stamped: bool = True) -> list[Marker]:
-        new = [Marker(name, t, groups) for name, groups in match_markers(line, self.specs)]
+        # A tqdm bar arrives as one line of "\r"-separated refreshes (capture bars: logformats.CAPTURE_BARS).
+        new = [Marker(n, t, groups) for part in line.split("\r") for n, groups in match_markers(part, self.specs)]
         self.markers.extend(new)
         if stamped and t is not None:
             self.stamps.append(t)
@@ -270,9 +271,11 @@ def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str
     jit_reported = _ending_at(jit_done, jit_done.num() if jit_done else None)
     add("kernel_warmup", (jit_between or jit_reported) if ev.precise else (jit_reported or jit_between))
 
-    capture = ev.first("graph_capture")
-    capture_iv = _ending_at(capture, capture.num() if capture else None)
-    add("cudagraph", capture_iv)
+    # Every capture vLLM timed: the V2 runner (0.33) captures once to profile graph memory, then for real.
+    captures = [_ending_at(m, m.num()) for m in ev.all("graph_capture")]
+    capture_iv = captures[0] if captures else None
+    for interval in captures:
+        add("cudagraph", interval)
 
     # Warm-ups that print no figure (DeepGEMM's tqdm bar, CuTeDSL's compile units): from their first line
     # to the first stamped line after their last one, never into the graph capture.
@@ -335,7 +338,7 @@ def compute_phases(
                    CuTeDSL's warm-ups -> the next stamped line
     autotune:      "Using FlashInfer autotune cache ..." -> the next warm-up or graph capture; FlashInfer's
                    own "[Autotuner]: Autotuning process starts ..." -> "... ends"
-    cudagraph:     "Graph capturing finished in N secs"
+    cudagraph:     "Graph capturing finished in N secs" (each: 0.33's V2 runner also captures to profile memory)
     api_ready:     "init engine ... took" -> ready (/health 200, or "Application startup complete")
 
     `floor` is where the boot began on the log's clock: 0 for a live boot; earlier for a saved log
@@ -390,7 +393,7 @@ def stated_figures(ev: LogEvidence) -> dict[str, float]:
         ("compile", compile_s),
         ("first_forward", (ev.first("profile_run") or Marker("", None, ())).num()),
         ("kernel_warmup", (ev.first("jit_warmup_done") or Marker("", None, ())).num()),
-        ("cudagraph", (ev.first("graph_capture") or Marker("", None, ())).num()),
+        ("cudagraph", sum(m.num() or 0.0 for m in ev.all("graph_capture")) if ev.first("graph_capture") else None),
     ):
         if seconds is not None:
             figures[name] = seconds

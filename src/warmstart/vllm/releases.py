@@ -6,6 +6,7 @@ in the file named beside it, read from the release's wheel on PyPI (`pip downloa
 --no-deps`); tests/test_releases.py checks each table against each release's wheel.
 
 What changed between them (an entry's `since`/`until` say where):
+- 0.33.0 moved the API server's "non-default args" line to entrypoints/common/startup.py.
 - 0.32.0 put the `%s` tag (`[backbone] `, an encoder's name) before every compile line; older
   releases print the same words without it (the patterns match both alike).
 - 0.32.0 added "Starting torch.compile"; 0.33.0 the FlashInfer autotune cache lines.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .logformats import COMMON, CUDA_RUNNER, FLASHINFER, LogFormat, MarkerSpec
+from .logformats import CAPTURE_BARS, COMMON, COMMON_033, CUDA_RUNNER, FLASHINFER, LogFormat, MarkerSpec
 
 RELEASES: tuple[str, ...] = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 
@@ -72,13 +73,16 @@ _SINCE = {
 
 def _wordings() -> tuple[Wording, ...]:
     out: list[Wording] = []
-    for spec in COMMON + CUDA_RUNNER + FLASHINFER:
+    for spec in COMMON + CUDA_RUNNER + CAPTURE_BARS + FLASHINFER:
         if spec.name in _TAGGED and spec.fmt.startswith("%s"):
             untagged = MarkerSpec(spec.name, spec.source, spec.fmt[2:], spec.anchored)
             out += [Wording(untagged, until="0.31.0"), Wording(spec, since="0.32.0")]
         elif spec.name == "server_start":
             old = MarkerSpec(spec.name, "entrypoints/openai/api_server.py", spec.fmt, spec.anchored)
             out += [Wording(old, until="0.28.0"), Wording(spec, since="0.29.0")]
+        elif spec.name == "engine_args":  # moved by 0.33.0
+            moved = next(s for s in COMMON_033 if s.name == "engine_args")
+            out += [Wording(spec, until="0.32.0"), Wording(moved, since="0.33.0")]
         elif spec.name == "model_loaded":
             old = MarkerSpec(spec.name, spec.source, "Model loading took %s GiB and %.6f seconds", spec.anchored)
             out += [Wording(old, until="0.27.1"), Wording(spec, since="0.28.0")]
