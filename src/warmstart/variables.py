@@ -202,10 +202,8 @@ WRAPPER: tuple[Variable, ...] = (
     Variable(
         "WARMSTART_RESTORE_DEADLINE_S",
         "float",
-        "staged: how long one tier's whole restore (list, register, fetch, extract) may take; past it the tier is "
-        "skipped with one warning, nothing of it is kept, and the boot goes on from the next tier or cold. Two "
-        "tiers that both stall cost twice this, which must leave vLLM its start within `RUNPOD_INIT_TIMEOUT` "
-        "(a warning says when it does not)",
+        "staged: the most one tier's whole restore (list, register, fetch, extract) may take; then the tier is "
+        "skipped with one warning (two stalled tiers: twice this, warned of when it reaches `RUNPOD_INIT_TIMEOUT`)",
         default=f"{RESTORE_DEADLINE_S:g}",
         field="restore_deadline_s",
         minimum=1,
@@ -213,8 +211,7 @@ WRAPPER: tuple[Variable, ...] = (
     Variable(
         "WARMSTART_PUBLISH_DEADLINE_S",
         "float",
-        "staged: how long one tier's whole publish (lease, upload, generation, garbage collection) may take; past "
-        "it the publish is abandoned with one warning and the tier's previous generation stays",
+        "staged: the most one tier's whole publish (lease, upload, generation, gc) may take; then it is abandoned",
         default=f"{PUBLISH_DEADLINE_S:g}",
         field="publish_deadline_s",
         minimum=1,

@@ -68,7 +68,7 @@ def test_a_hung_volume_costs_one_deadline_and_its_late_restore_writes_nothing(tm
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
     assert "volume store unavailable" in warnings[0] and str(store.root) in warnings[0]
-    assert "WARMSTART_RESTORE_DEADLINE_S" in warnings[0] and f"reading {GENERATIONS}/" in warnings[0]
+    assert "WARMSTART_RESTORE_DEADLINE_S" in warnings[0] and "stuck reading generation 1" in warnings[0]
 
     write(dest, "inductor/cold/k.so", b"what the cold boot compiles meanwhile")
     with open(generation, "wb"):  # unblock the reader: it reads nothing, a bad index, and goes on
@@ -138,3 +138,51 @@ def test_a_publish_to_a_stalled_store_is_abandoned_at_its_deadline(endpoint, buc
     assert len(warnings) == 1 and "WARMSTART_PUBLISH_DEADLINE_S" in warnings[0], warnings
     wait_gone("publish")
     assert s3_store(endpoint, bucket).generation_numbers() == [], "the publish left behind created nothing"
+
+
+def test_seeding_from_a_hung_sibling_costs_one_deadline_and_goes_on_to_the_next(tmp_path):
+    """Seeding (issue 21) restores a sibling key's layers as a tier's restore does: each source
+    within the restore deadline. The nearest sibling's generation file is a FIFO (a hung read): it
+    is given up at the deadline and the next sibling seeds the key."""
+    from warmstart.store.seed import seed_from, sibling_opener
+    from warmstart.store.siblings import SeedPlan, SeedSource
+
+    keys = tmp_path / "keys"
+    hung = published_volume(keys / "key-hung", tmp_path / "hung-publisher")
+    good = published_volume(keys / "key-good", tmp_path / "good-publisher")
+    generation = hung.root / GENERATIONS / gen_name(1)
+    generation.unlink()
+    os.mkfifo(generation)
+    sources = (SeedSource("key-hung", "volume", {}), SeedSource("key-good", "volume", {}))
+    plan = SeedPlan(("inductor", "triton"), sources)
+    dest = tmp_path / "cache"
+    start = time.monotonic()
+    try:
+        seeded = seed_from(
+            plan, dest, sibling_opener(keys / "key-own" / "staged", None), reader="r", ttl_s=60, deadline_s=1.5
+        )
+        seconds = time.monotonic() - start
+    finally:
+        with open(generation, "wb"):  # unblock the reader left behind
+            pass
+    wait_gone("restore")
+    assert seeded.source is not None and seeded.source.key == "key-good"
+    assert any("WARMSTART_RESTORE_DEADLINE_S" in p for p in seeded.problems), seeded.problems
+    assert 1.4 < seconds < 1.5 + 5, seconds
+    assert tree(dest) == tree(tmp_path / "good-publisher")
+    assert good.generation_numbers() == [1]
+
+
+@pytest.mark.usefixtures("aws_credentials")
+def test_listing_the_siblings_of_a_stalled_s3_store_costs_one_deadline(endpoint, bucket, tmp_path):
+    """Planning a seed lists the S3 store's keys before vLLM starts (issue 21): a store that holds
+    every response back costs the restore deadline there, and the plan says why it has no S3 sibling."""
+    from warmstart.store.siblings import plan_seed
+
+    with throttled(endpoint, fault="stall", every=1) as url:
+        start = time.monotonic()
+        plan = plan_seed("key-a", {}, None, s3_store(url, bucket, read_timeout_s=1.0), "--cpu--", deadline_s=2)
+        seconds = time.monotonic() - start
+        wait_gone("siblings")
+    assert seconds < 2 + 5, seconds
+    assert plan.sources == () and "could not be listed" in plan.note and "WARMSTART_RESTORE_DEADLINE_S" in plan.note

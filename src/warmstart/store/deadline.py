@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from .backend import READERS, BundleStore, BundleWriter, Lease
-from .bundle import BundleRef, StoreUnavailable
+from .backend import GENERATIONS, READERS, BundleStore, BundleWriter, Lease
+from .bundle import BundleRef, Generation, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -144,6 +144,15 @@ class _Bounded(BundleStore):
         if not rel.startswith(f"{READERS}/"):  # a reader's registration may always go: it only frees
             self.deadline.check(f"removing {rel}")
         self.store.remove(rel)
+
+    def generation_numbers(self) -> list[int]:
+        self.deadline.check(f"listing {GENERATIONS}/")
+        return self.store.generation_numbers()
+
+    def load(self, number: int) -> Generation:
+        # The store's own (a view of it may filter what a generation lists: store/seed.py).
+        self.deadline.check(f"reading generation {number}")
+        return self.store.load(number)
 
     def create_generation(self, number: int, data: bytes) -> bool:
         self.deadline.check(f"creating generation {number}")
