@@ -321,6 +321,11 @@ def bench_chaos(
     kill_rate: float = 0.5,
     seed: int = 0,
 ) -> dict[str, Any]:
+    # Everything a worker runs, imported before the first fork: the forked workers of a long run
+    # run the code it started with, whatever is edited on disk meanwhile.
+    import warmstart.store.deadline
+    import warmstart.store.garbage
+    import warmstart.store.tiers  # noqa: F401
     from warmstart.store.s3client import make_client
 
     from .s3server import moto_server
