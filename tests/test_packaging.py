@@ -11,18 +11,11 @@ import subprocess
 import pytest
 
 from helpers.run import REPO, base_env, run_warmstart
+from warmstart.envnames import REMOVED_VARS, is_secret_name, known_variables
 from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
 from warmstart.settings import from_env, render_reference
-from warmstart.variables import (
-    BY_NAME,
-    ENGINE_FLAGS,
-    REMOVED_VARS,
-    VARIABLES,
-    WRAPPER_VARIABLES,
-    is_secret_name,
-    known_variables,
-)
+from warmstart.variables import BY_NAME, ENGINE_FLAGS, VARIABLES, WRAPPER_VARIABLES
 from warmstart.worker.serve import init_timeout_warning, local_api_hint
 from warmstart_dev.testmodel import write_test_model
 

@@ -171,6 +171,6 @@ def test_handler_passes_the_api_key_that_vllm_demands(tmp_path, fake_vllm_python
 
 def test_sentinels_are_secret_named():
     """Every sentinel variable is one warmstart treats as secret (else the test above proves nothing new)."""
-    from warmstart.variables import is_secret_name
+    from warmstart.envnames import is_secret_name
 
     assert all(is_secret_name(name) for name in SENTINELS)

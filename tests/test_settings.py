@@ -192,3 +192,15 @@ def test_documented_key_column_is_engine_flags_in_key():
     reference = (REPO / "docs" / "configuration.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|", reference, flags=re.M))
     assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}
+
+
+def test_restore_deadlines_that_could_spend_the_init_limit_are_warned_of():
+    """Two stalled tiers cost twice WARMSTART_RESTORE_DEADLINE_S before vLLM starts (store/deadline.py)."""
+    s3 = {"WARMSTART_S3_URL": "s3://bucket/warmstart"}
+    assert settings().restore_deadline_s == 120 and settings().publish_deadline_s == 900
+    assert not [w for w in settings(**s3).warnings if "DEADLINE" in w], "2 x 120 s leaves vLLM 180 s of 420 s"
+    (warning,) = [w for w in settings(WARMSTART_RESTORE_DEADLINE_S="210", **s3).warnings if "DEADLINE" in w]
+    assert "2 stalled tier(s) could spend 420 s" in warning
+    assert not [w for w in settings(WARMSTART_RESTORE_DEADLINE_S="210").warnings if "DEADLINE" in w], "one tier"
+    assert [w for w in settings(WARMSTART_RESTORE_DEADLINE_S="100", RUNPOD_INIT_TIMEOUT="150", **s3).warnings]
+    assert problems(WARMSTART_RESTORE_DEADLINE_S="0") == ["WARMSTART_RESTORE_DEADLINE_S='0': must be at least 1"]

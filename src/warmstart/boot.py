@@ -31,6 +31,8 @@ from .plan import BootPlan, stage
 from .redact import Redactor
 from .report import BootObservation, build_report, expectation
 from .store.booting import write_boot_marker
+from .store.bundle import StoreError
+from .store.deadline import Deadline, bounded, within
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.seed import SeedResult, SeedUse, seed_from, seed_lines, seed_use, sibling_opener
 from .store.siblings import record_key
@@ -175,12 +177,21 @@ class Boot:
         """Staged: replace the local cache with the newest intact generation of the nearest tier."""
         plan = self.plan
         self.restored = restore_tiers(
-            plan.tiers, plan.cache_dirs.base, reader=self.worker, ttl_s=plan.settings.lease_ttl_s
+            plan.tiers,
+            plan.cache_dirs.base,
+            reader=self.worker,
+            ttl_s=plan.settings.lease_ttl_s,
+            deadline_s=plan.settings.restore_deadline_s,
         )
         if not self.restored.restored and plan.seed is not None:
             opener = sibling_opener(plan.staged.root if plan.staged else None, plan.s3)
             self.seeded = seed_from(
-                plan.seed, plan.cache_dirs.base, opener, reader=self.worker, ttl_s=plan.settings.lease_ttl_s
+                plan.seed,
+                plan.cache_dirs.base,
+                opener,
+                reader=self.worker,
+                ttl_s=plan.settings.lease_ttl_s,
+                deadline_s=plan.settings.restore_deadline_s,
             )
 
     def publish(self, *, wait_s: float | None = None) -> PublishResult | None:
@@ -198,10 +209,15 @@ class Boot:
             lease_ttl_s=plan.settings.lease_ttl_s,
             distrust=self.restored.bad_bundles if self.restored else None,
             blocked=plan.publish_blocked,
+            deadline_s=plan.settings.publish_deadline_s,
         )
         if plan.s3 is not None and (s3 := self.published.of(plan.s3.kind)) and s3.status != "failed":
+            deadline = Deadline(plan.settings.publish_deadline_s, "WARMSTART_PUBLISH_DEADLINE_S")
             try:  # an S3 store has no manifest: what makes this key a sibling to others (store/siblings.py)
-                record_key(plan.s3, plan.key.dirname, plan.key.factors, now_iso())
+                record = bounded(plan.s3, deadline)
+                within(deadline, lambda: record_key(record, plan.key.dirname, plan.key.factors, now_iso()), "record")
+                if deadline.expired:
+                    raise StoreError(deadline.reason)
             except Exception as exc:  # a store that fails here is a warning, as a failed publish is
                 log.warning("warmstart | publish  | could not record the key's factors in the S3 store: %s", exc)
         return self.published.first

@@ -29,11 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .envnames import is_secret_name
 from .hardware import Hardware
 from .model import ResolvedModel
 from .secrets import MASK, SECRET_JSON_FIELDS
 from .settings import Settings
-from .variables import ENGINE_FLAGS, is_secret_name
+from .variables import ENGINE_FLAGS
 from .vllm.argv import flags, without_flags
 from .vllm.argvalues import dest_of, parsed_values
 from .vllm.engine import engine_flag_args

@@ -178,7 +178,14 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     seed = None
     if settings.cache_mode == "staged" and settings.seed_siblings == "auto" and (place.staged_root or s3):
         # Read now (a manifest per key), used only if nothing of this key's own restores (store/siblings.py).
-        seed = plan_seed(key.dirname, key.factors, place.staged_root, s3, f"--{hardware.slug}--")
+        seed = plan_seed(
+            key.dirname,
+            key.factors,
+            place.staged_root,
+            s3,
+            f"--{hardware.slug}--",
+            deadline_s=settings.restore_deadline_s,
+        )
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     env = engine_env(place.layout, place.cache_dirs, offline=True)
     env.update(derived)

@@ -17,6 +17,7 @@ from typing import Any
 from warmstart.vllm.evidence import BootReport, CacheLayer
 from warmstart.vllm.phases import LogEvidence
 
+from .envnames import is_vllm_variable
 from .key import key_vllm_env
 from .model import ResolvedModel
 from .plan import BootPlan, model_summary
@@ -26,7 +27,6 @@ from .store.seed import SeedResult, SeedUse, seeded_block, seeded_caches, seeded
 from .store.staged import PublishResult
 from .store.tiers import TierPublish, TierRestore
 from .tree import TreeScan
-from .variables import is_vllm_variable
 from .vllm import evidence
 from .vllm.argv import VOLATILE_FLAGS, without_flags
 from .vllm.cudagraphs import capture_summary

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .envnames import REMOVED_VARS, is_vllm_variable
+from .limits import RUNPOD_INIT_TIMEOUT_S
 from .s3url import check_endpoint_url, parse_s3_url
-from .variables import ENGINE_FLAGS, REMOVED_VARS, WRAPPER, Variable, is_vllm_variable
+from .variables import ENGINE_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -66,6 +68,8 @@ class Settings:
     exit_grace_s: float
     lease_ttl_s: float
     publish_wait_s: float
+    restore_deadline_s: float
+    publish_deadline_s: float
     serve_publish_s: float
     hub_stall_s: float
     cache_mode: str
@@ -273,6 +277,15 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             problems.append(f"WARMSTART_S3_ENDPOINT_URL: {exc}")
         if values["s3_url"] is None:
             warnings.append("WARMSTART_S3_ENDPOINT_URL is set but WARMSTART_S3_URL is not: no S3 tier")
+
+    # Stalled stores alone must not spend Runpod's whole cold-start limit before vLLM starts.
+    tiers = 2 if values["s3_url"] is not None else 1
+    limit = values["runpod_init_timeout_s"] or RUNPOD_INIT_TIMEOUT_S
+    if tiers * values["restore_deadline_s"] >= limit:
+        warnings.append(
+            f"WARMSTART_RESTORE_DEADLINE_S={values['restore_deadline_s']:g}: {tiers} stalled tier(s) could spend "
+            f"{tiers * values['restore_deadline_s']:g} s before vLLM starts, of the {limit:g} s a cold start may take"
+        )
 
     if problems:
         raise SettingsError(problems)

@@ -4,7 +4,7 @@ One row per variable: its name, its type, its default, whether it is in the cach
 whether its value is a secret, the sentence the configuration reference prints, and, for
 an engine flag, the `vllm serve` flag it sets. From the table come the parsing
 (settings.from_env), the key's flag factors (`in_key`), the names vLLM's environment does
-not get, the secret names, the Runpod Hub file's check and docs/configuration.md, whose
+not get and the secret names (envnames.py), the Runpod Hub file's check and docs/configuration.md, whose
 tables `python -m warmstart.settings docs/configuration.md` rewrites (a test fails when
 the file and the table disagree).
 
@@ -18,9 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .limits import LEASE_TTL_S, RUNPOD_INIT_TIMEOUT_S
-from .secrets import is_secret_name as _is_secret_name
-from .vllm.hashing import VLLM_HASHED_UNPREFIXED
+from .limits import LEASE_TTL_S, PUBLISH_DEADLINE_S, RESTORE_DEADLINE_S, RUNPOD_INIT_TIMEOUT_S
 
 Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
 
@@ -212,6 +210,23 @@ WRAPPER: tuple[Variable, ...] = (
         field="publish_wait_s",
     ),
     Variable(
+        "WARMSTART_RESTORE_DEADLINE_S",
+        "float",
+        "staged: the most one tier's whole restore (list, register, fetch, extract) may take; then the tier is "
+        "skipped with one warning (two stalled tiers: twice this, warned of when it reaches `RUNPOD_INIT_TIMEOUT`)",
+        default=f"{RESTORE_DEADLINE_S:g}",
+        field="restore_deadline_s",
+        minimum=1,
+    ),
+    Variable(
+        "WARMSTART_PUBLISH_DEADLINE_S",
+        "float",
+        "staged: the most one tier's whole publish (lease, upload, generation, gc) may take; then it is abandoned",
+        default=f"{PUBLISH_DEADLINE_S:g}",
+        field="publish_deadline_s",
+        minimum=1,
+    ),
+    Variable(
         "WARMSTART_SERVE_PUBLISH_S",
         "float",
         "staged, while serving: the least seconds between two publishes of what vLLM compiled after ready; the "
@@ -397,49 +412,3 @@ BY_NAME = {v.env: v for v in VARIABLES}
 WRAPPER_VARIABLES = tuple(v.env for v in WRAPPER)
 SECRET_VARIABLES = frozenset(v.env for v in VARIABLES if v.secret)
 DEFAULT_VOLUME = str(BY_NAME["RUNPOD_VOLUME_PATH"].default)
-
-# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does.
-REMOVED_VARS = (
-    "SWAP_SPACE",
-    "ROPE_SCALING",
-    "ROPE_THETA",
-    "NUM_LOOKAHEAD_SLOTS",
-    "USE_V2_BLOCK_MANAGER",
-    "GUIDED_DECODING_BACKEND",
-    "MAX_SEQ_LEN_TO_CAPTURE",
-    "MAX_CONTEXT_LEN_TO_CAPTURE",
-    "DISABLE_LOG_REQUESTS",
-    "VLLM_ATTENTION_BACKEND",
-    "CUDA_GRAPH_SIZES",
-    "WORKER_USE_RAY",
-)
-
-
-def known_variables() -> frozenset[str]:
-    """Every variable name the settings read."""
-    return frozenset(BY_NAME)
-
-
-# worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
-_WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
-
-# Variables that configure warmstart and must not reach vLLM's environment. vLLM reads
-# `VLLM_PORT` as the first of its internal ports (vllm/envs.py `get_vllm_port`,
-# vllm/utils/network_utils.py `get_open_ports_list`), while worker-vllm's VLLM_PORT is the API
-# port; other VLLM_* wrapper names are an "Unknown vLLM environment variable" to vLLM
-# (platforms/interface.py `validate_environ`, fatal with hard_fail). The engine flags reach vLLM
-# as arguments; generic names such as SEED or BLOCK_SIZE have no business in its environment.
-# What still passes (`to_vllm`): the Hub token, for a library that fetches a config or
-# tokenizer, and HF_HUB_OFFLINE, which the engine environment sets anyway.
-WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - {v.env for v in VARIABLES if v.to_vllm}
-
-
-def is_vllm_variable(name: str) -> bool:
-    """A variable vLLM reads (and may hash): VLLM_*, or one of its unprefixed names."""
-    return (name.startswith("VLLM_") or name in VLLM_HASHED_UNPREFIXED) and name not in WITHHELD_FROM_VLLM
-
-
-def is_secret_name(name: str) -> bool:
-    """True for a variable or flag name whose value must never be printed (secrets.py's rule, plus the
-    variables this table marks `secret`)."""
-    return _is_secret_name(name) or name in SECRET_VARIABLES

@@ -157,3 +157,36 @@ def test_an_s3_lease_lives_by_the_stores_clock(endpoint, bucket, skew_s):
     assert not store.lease("here", 60).try_acquire()
     time.sleep(3.2)
     assert store.lease("here", 60).try_acquire()
+
+
+def test_a_boot_through_a_store_that_stalls_every_response_is_bounded_by_its_deadlines(
+    tmp_path, volume, tiny_model, endpoint, bucket, fake_vllm_python
+):
+    """Every response held back for ever: without a deadline one listing costs about 90 s (30 s
+    read timeout, three attempts) and a publish many of those. With 3 s deadlines the boot skips
+    the S3 tier with one warning line that names the store and the reason, starts cold, publishes
+    to the volume, abandons the S3 publish at its deadline, and exits 0."""
+    with throttled(endpoint, fault="stall", every=1) as url:
+        env = base_env(volume, fake_vllm_python, tmp_path, WARMSTART_S3_URL=f"s3://{bucket}/warmstart", **s3_env(url))
+        env.update(
+            WARMSTART_LOCAL_CACHE=str(tmp_path / "l"),
+            WARMSTART_RESTORE_DEADLINE_S="3",
+            WARMSTART_PUBLISH_DEADLINE_S="3",
+        )
+        start = time.monotonic()
+        result = run_warmstart(["boot", "--json"], env, timeout=150)
+        seconds = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    restore_s = report["phases"]["restore"]
+    assert restore_s is not None and restore_s < 3 + 1.5, report["phases"]
+    assert seconds < 3 + 3 + 60, f"deadlines 3 s + 3 s, then a cold boot of the scripted engine: {seconds:.0f} s"
+    assert report["staged"]["restored_from"] is None
+    assert report["staged"]["publish"]["status"] == "published", "the volume tier still works"
+    s3_publish = report["staged"]["s3"]["publish"]
+    assert s3_publish["status"] == "failed" and "WARMSTART_PUBLISH_DEADLINE_S" in s3_publish["detail"]
+    warnings = [line for line in result.stderr.splitlines() if "store unavailable" in line]
+    assert len(warnings) == 1, result.stderr[-3000:]
+    assert f"s3://{bucket}/warmstart" in warnings[0] and "WARMSTART_RESTORE_DEADLINE_S" in warnings[0]
+    assert not [p for p in (tmp_path / "l").rglob("*") if ".restoring-" in p.name], "nothing partial kept"

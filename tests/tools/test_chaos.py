@@ -37,3 +37,38 @@ def test_the_checks_see_bytes_no_writer_finished_and_a_file_left_out_of_the_unio
     violations = check_round([store], journal, tmp_path / "scratch")
     assert any("holds bytes no writer finished" in v for v in violations), violations
     assert any("inductor/w/other.so finished before a publish yet not in the union" in v for v in violations)
+
+
+def test_a_bundle_rewritten_after_it_was_verified_is_read_again(tmp_path):
+    """The checks read each bundle once (a round costs what it added); a bundle that a later
+    generation still references is read again if its object changed, even at the same size."""
+    import hashlib
+
+    from warmstart_dev.chaos import Verified
+
+    store = StagedStore(tmp_path / "staged")
+    local = tmp_path / "local"
+    journal = tmp_path / "journal.jsonl"
+
+    def compile_one(rel: str) -> None:
+        data = os.urandom(3000)
+        write(local, rel, data)
+        sha = hashlib.sha256(data).hexdigest()
+        with open(journal, "a") as handle:
+            handle.write(json.dumps({"event": "finished", "rel": rel, "sha": sha, "t": 0.0, "who": "w"}) + "\n")
+
+    compile_one("inductor/w/a.so")
+    assert publish(store, local, publisher="w", lease_wait_s=0).status == "published"
+    verified = Verified()
+    assert check_round([store], journal, tmp_path / "scratch", verified) == []
+    (first,) = store.bundles.iterdir()
+    compile_one("inductor/w/b.so")
+    assert publish(store, local, publisher="w", lease_wait_s=0).status == "published"
+    assert check_round([store], journal, tmp_path / "scratch", verified) == [], "the old bundle is not read again"
+    compile_one("inductor/w/c.so")
+    assert publish(store, local, publisher="w", lease_wait_s=0).status == "published"
+    data = bytearray(first.read_bytes())
+    data[-2000] ^= 0xFF  # a flipped byte, same size, the same file rewritten in place
+    first.write_bytes(bytes(data))
+    violations = check_round([store], journal, tmp_path / "scratch", verified)
+    assert any("generation 3 does not verify" in v and first.name in v for v in violations), violations

@@ -6,7 +6,8 @@ refused connections, on a random share of requests); some workers have no volume
 datacenter: the S3 store only). A worker does what a staged boot does to
 its tiers, with the scripted engine's part played by a writer: restore from the nearest tier,
 "compile" new cache files (one of them written slowly by a thread while the publish runs, as
-lazy JIT does), publish to each tier, and now and then collect garbage. The bench SIGKILLs a
+lazy JIT does), publish to each tier, and now and then collect garbage, each tier's restore,
+publish and collection under a deadline as a boot's are (store/deadline.py). The bench SIGKILLs a
 random worker at a random moment in some rounds. After every round it checks, talking to the
 stores directly (not through the proxy):
 
@@ -16,6 +17,11 @@ stores directly (not through the proxy):
 - the union: every file a worker finished before a publish that returned (published or nothing
   new) is in that tier's newest generation (gc here removes old generations only, never a key);
 - nothing live deleted: no restore found a bundle missing (a reader's registration protects it).
+
+A round costs what it added, not the whole union: each bundle is read (restored, checksum and
+all) once, and a later generation that takes the same members from it is checked against their
+recorded digests while the stored object is unchanged (`Verified`). The union every worker
+restores grows by about 0.1 MB a round (files of 200 B to 40 kB; 300 kB before).
 
     warmstart-dev bench chaos --json [--rounds 200] [--workers 3] [--fault-rate 0.05]
 """
@@ -33,6 +39,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,13 @@ FAULTS = "slowdown,cut,refuse"
 KEY = "chaos-key"
 GC_TTL_S = 30.0  # bundles younger than this are never collected (a publish may be about to index them)
 READER_TTL_S = 60.0  # a killed worker's reader registration protects its generation this long
+DEADLINE_S = 30.0  # each tier's restore and publish, as WARMSTART_RESTORE/PUBLISH_DEADLINE_S bound a boot's
+HANG_S = 300.0  # a worker still running after this is a violation (its deadlines add up to 150 s)
+# Sizes: a compiled file of 200 B to 40 kB, and a late one of 64 kB. Responses are cut after 32 KiB
+# and bundles fetched in 256 KiB ranges, so cut bodies and multi-range bundles (every compaction's)
+# both happen; the union every restore reads grows by about 0.1 MB a round.
+FILE_SIZES = (200, 40_000)
+LATE_SIZE = 64 * 1024
 
 
 # --------------------------------------------------------------------------- the worker (a process)
@@ -74,7 +88,7 @@ def _records(journal: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _tiers(config: dict[str, Any], endpoint: str) -> list[Any]:
+def _tiers(config: dict[str, Any], endpoint: str, range_size: int = 256 * 1024) -> list[Any]:
     from warmstart.s3url import parse_s3_url
     from warmstart.store.folder import StagedStore
     from warmstart.store.s3 import S3Store
@@ -86,7 +100,7 @@ def _tiers(config: dict[str, Any], endpoint: str) -> list[Any]:
         parse_s3_url(f"s3://{config['bucket']}/warmstart"),
         KEY,
         spool_dir=Path(config["spool"]),
-        range_size=256 * 1024,
+        range_size=range_size,
         lease_settle_s=0.2,
     )
     return [StagedStore(Path(config["volume_root"])), s3]
@@ -94,6 +108,7 @@ def _tiers(config: dict[str, Any], endpoint: str) -> list[Any]:
 
 def run_worker(config: dict[str, Any]) -> None:
     """One boot's work on the tiers (through the proxy), every step recorded in the journal."""
+    from warmstart.store.deadline import Deadline, bounded, within
     from warmstart.store.garbage import collect_garbage
     from warmstart.store.tiers import publish_tiers, restore_tiers
 
@@ -105,7 +120,7 @@ def run_worker(config: dict[str, Any]) -> None:
     if rng.random() < 0.3:
         tiers = tiers[1:]  # a worker in another datacenter: the S3 store only
     _journal(journal, {"event": "boot", "who": who, "tiers": [t.kind for t in tiers]})
-    restored = restore_tiers(tiers, local, reader=who, ttl_s=READER_TTL_S)
+    restored = restore_tiers(tiers, local, reader=who, ttl_s=READER_TTL_S, deadline_s=DEADLINE_S)
     finished = finished_digests(journal)
     bad = []
     for path in local.rglob("*"):
@@ -115,7 +130,11 @@ def run_worker(config: dict[str, Any]) -> None:
                 bad.append(rel)
     source = restored.result.source if restored.restored and restored.result else None
     missing = [p for p in restored.problems if "is missing" in p]
-    _journal(journal, {"event": "restored", "who": who, "source": source, "unfinished": bad, "missing": missing})
+    overdue = [p.split(":", 1)[0] for p in restored.problems if "WARMSTART_RESTORE_DEADLINE_S" in p]
+    _journal(
+        journal,
+        {"event": "restored", "who": who, "source": source, "unfinished": bad, "missing": missing, "overdue": overdue},
+    )
 
     def compile_one(rel: str, size: int, pause_s: float = 0.0) -> None:
         data = os.urandom(size)
@@ -132,12 +151,14 @@ def run_worker(config: dict[str, Any]) -> None:
             _journal(journal, {"event": "finished", "rel": rel, "sha": sha, "t": time.time(), "who": who})
 
     for n in range(rng.randint(1, 4)):
-        compile_one(f"inductor/{who}/k{n}.so", rng.randint(200, 300_000))
-    late = threading.Thread(target=compile_one, args=(f"triton/{who}/late.cubin", 400_000, 0.02))
+        compile_one(f"inductor/{who}/k{n}.so", rng.randint(*FILE_SIZES))
+    late = threading.Thread(target=compile_one, args=(f"triton/{who}/late.cubin", LATE_SIZE, 0.02))
     late.start()  # still being written while the publish reads the cache
     for tier in tiers:
         started = time.time()
-        result = publish_tiers([tier], local, publisher=who, lease_wait_s=2.0, lease_ttl_s=120.0).first
+        result = publish_tiers(
+            [tier], local, publisher=who, lease_wait_s=2.0, lease_ttl_s=120.0, deadline_s=DEADLINE_S
+        ).first
         assert result is not None
         _journal(
             journal,
@@ -153,8 +174,12 @@ def run_worker(config: dict[str, Any]) -> None:
     late.join()
     if rng.random() < 0.3:
         for tier in tiers:
+            deadline = Deadline(DEADLINE_S, "gc")
+            store = bounded(tier, deadline)
             try:
-                collect_garbage(tier, ttl_s=GC_TTL_S).execute(tier)
+                within(deadline, lambda s=store: collect_garbage(s, ttl_s=GC_TTL_S).execute(s), "gc")
+                if deadline.expired:
+                    raise TimeoutError(deadline.reason)
                 _journal(journal, {"event": "gc", "who": who, "tier": tier.kind})
             except Exception as exc:  # a fault of the store: what a worker logs and goes on from
                 _journal(journal, {"event": "gc_failed", "who": who, "tier": tier.kind, "reason": str(exc)[:200]})
@@ -163,19 +188,75 @@ def run_worker(config: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- the checks
 
 
-def check_tier(
-    store: Any, finished: dict[str, set[str]], scratch: Path, verified: set[tuple[str, int]] | None = None
-) -> tuple[list[str], Any]:
-    """Every generation of one tier restores and holds only finished bytes; (violations, newest).
-    `verified`: generations already verified (skipped, and added to)."""
+@dataclass
+class Verified:
+    """What the checks read already, so that a round costs what it added, not the whole union:
+    generations (immutable once created), and per bundle its identity where it is stored (volume:
+    size, inode, mtime; S3: size, ETag), its size and SHA-256 in the index, and the digest of each
+    member a generation took from it. A later generation that takes the same members from the same
+    bundle, with the same SHA-256, while the object is still there unchanged, is checked against
+    these digests; any other is read again, as a restore reads it."""
+
+    generations: set[tuple[str, int]] = field(default_factory=set)
+    bundles: dict[tuple[str, str], tuple[Any, int, str, dict[str, tuple[int, str]]]] = field(default_factory=dict)
+
+
+def _identity(store: Any, name: str) -> Any:
+    """The stored object as it is now (None when it is gone): any rewrite changes it."""
     from warmstart.store.bundle import StoreError
+
+    try:
+        if store.kind == "volume":
+            st = (store.root / "bundles" / name).stat()
+            return (st.st_size, st.st_ino, st.st_mtime_ns)
+        head = store.call("head_object", Key=store._key(f"bundles/{name}"))
+        return (int(head["ContentLength"]), head.get("ETag"))
+    except (OSError, StoreError):
+        return None
+
+
+def _member_digests(store: Any, gen: Any, scratch: Path, verified: Verified) -> dict[str, str]:
+    """rel -> SHA-256 of every file `gen` lists, each bundle read as a restore reads it (checksum,
+    sizes, every listed member present) unless verified before. Raises StoreError/OSError."""
     from warmstart.store.extract import extract_bundle
 
+    digests: dict[str, str] = {}
+    for ref in gen.bundles:
+        wanted = {p: f for p, f in gen.files.items() if f.bundle == ref.name}
+        known, size, sha, members = verified.bundles.get((store.kind, ref.name), (None, -1, "", {}))
+        identity = _identity(store, ref.name)
+        if known is None or identity != known or (size, sha) != (ref.size, ref.sha256):
+            members = {}
+        elif all(p in members and members[p][0] == f.size for p, f in wanted.items()):
+            digests.update({p: members[p][1] for p in wanted})
+            continue
+        dest = scratch / f"{store.kind}-{gen.number}-{ref.name}"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        try:
+            extract_bundle(store.bundle_chunks(ref), ref, gen, dest)
+            got = {p: (f.size, hashlib.sha256((dest / p).read_bytes()).hexdigest()) for p, f in wanted.items()}
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)
+        if identity is not None and _identity(store, ref.name) == identity:  # unchanged while it was read
+            verified.bundles[(store.kind, ref.name)] = (identity, ref.size, ref.sha256, {**members, **got})
+        digests.update({p: d for p, (_, d) in got.items()})
+    return digests
+
+
+def check_tier(
+    store: Any, finished: dict[str, set[str]], scratch: Path, verified: Verified | None = None
+) -> tuple[list[str], Any]:
+    """Every generation of one tier restores and holds only finished bytes; (violations, newest).
+    `verified`: what earlier rounds read (skipped where unchanged, and added to)."""
+    from warmstart.store.bundle import StoreError
+
+    verified = verified if verified is not None else Verified()
     violations = []
     newest = None
     numbers = store.generation_numbers()
     for number in numbers:
-        if verified is not None and (store.kind, number) in verified and number != numbers[-1]:
+        if (store.kind, number) in verified.generations and number != numbers[-1]:
             continue  # immutable and verified already: only the newest is read again (for the union)
         try:
             gen = store.load(number)
@@ -185,31 +266,24 @@ def check_tier(
             violations.append(f"{store.kind} generation {number} unreadable: {exc}")
             continue
         newest = gen
-        if verified is not None and (store.kind, number) in verified:
+        if (store.kind, number) in verified.generations:
             continue
-        dest = scratch / f"{store.kind}-{number}"
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
         try:
-            for ref in gen.bundles:
-                extract_bundle(store.bundle_chunks(ref), ref, gen, dest)
+            digests = _member_digests(store, gen, scratch, verified)
         except (StoreError, OSError) as exc:
             if store.exists(f"generations/g{number:08d}.json"):
                 violations.append(f"{store.kind} generation {number} does not verify: {exc}")
             continue
         for rel in gen.files:
-            sha = hashlib.sha256((dest / rel).read_bytes()).hexdigest()
-            if sha not in finished.get(rel, set()):
+            if rel not in digests:
+                violations.append(f"{store.kind} generation {number}: {rel} is in none of its bundles")
+            elif digests[rel] not in finished.get(rel, set()):
                 violations.append(f"{store.kind} generation {number}: {rel} holds bytes no writer finished")
-        shutil.rmtree(dest, ignore_errors=True)
-        if verified is not None:
-            verified.add((store.kind, number))
+        verified.generations.add((store.kind, number))
     return violations, newest
 
 
-def check_round(
-    tiers: list[Any], journal: Path, scratch: Path, verified: set[tuple[str, int]] | None = None
-) -> list[str]:
+def check_round(tiers: list[Any], journal: Path, scratch: Path, verified: Verified | None = None) -> list[str]:
     records = _records(journal)
     finished = finished_digests(journal)
     violations = []
@@ -247,6 +321,11 @@ def bench_chaos(
     kill_rate: float = 0.5,
     seed: int = 0,
 ) -> dict[str, Any]:
+    # Everything a worker runs, imported before the first fork: the forked workers of a long run
+    # run the code it started with, whatever is edited on disk meanwhile.
+    import warmstart.store.deadline
+    import warmstart.store.garbage
+    import warmstart.store.tiers  # noqa: F401
     from warmstart.store.s3client import make_client
 
     from .s3server import moto_server
@@ -262,6 +341,7 @@ def bench_chaos(
     start = time.monotonic()
     kills = 0
     all_violations: list[str] = []
+    machine: dict[str, Any] = {"load": [], "check_s": 0.0, "union": {}}
     with moto_server() as endpoint:
         bucket = "chaos"
         make_client(endpoint, "us-east-1").create_bucket(Bucket=bucket)
@@ -276,8 +356,8 @@ def bench_chaos(
             }
             Path(base["volume_root"]).parent.mkdir(parents=True)  # the key's directory, as a boot makes it
             Path(base["spool"]).mkdir(parents=True)
-            direct = _tiers(base, endpoint)
-            verified: set[tuple[str, int]] = set()  # generations are immutable: each is verified once
+            direct = _tiers(base, endpoint, range_size=8 * 1024 * 1024)  # the checks' own reads: few requests
+            verified = Verified()  # what earlier rounds read: generations and bundles are immutable
             forking = multiprocessing.get_context("fork")
             for round_no in range(rounds):
                 procs = []
@@ -296,21 +376,52 @@ def bench_chaos(
                         os.kill(victim.pid, signal.SIGKILL)
                         kills += 1
                 for proc in procs:
-                    proc.join(timeout=120)
+                    proc.join(timeout=HANG_S)
                     if proc.is_alive():
                         proc.kill()
                         proc.join()
-                        all_violations.append(f"round {round_no}: a worker hung past 120 s")
+                        all_violations.append(f"round {round_no}: a worker hung past {HANG_S:g} s")
                 for w in range(workers):
                     shutil.rmtree(workdir / "local" / f"r{round_no}w{w}", ignore_errors=True)
+                checked = time.monotonic()
                 found = check_round(direct, journal, workdir / "scratch", verified)
                 all_violations += [f"round {round_no}: {v}" for v in found]
+                machine["check_s"] += time.monotonic() - checked
+                machine["load"].append(os.getloadavg()[0])
+                machine["union"] = _union(direct)
                 progress = _summary(
                     journal, stats, round_no + 1, workers, kills, fault_rate, all_violations, time.monotonic() - start
                 )
+                progress["machine"] = _machine(machine)
                 (workdir / "progress.tmp").write_text(json.dumps(progress))
                 (workdir / "progress.tmp").replace(workdir / "progress.json")  # the figures so far, every round
-    return _summary(journal, stats, rounds, workers, kills, fault_rate, all_violations, time.monotonic() - start)
+    result = _summary(journal, stats, rounds, workers, kills, fault_rate, all_violations, time.monotonic() - start)
+    result["machine"] = _machine(machine)
+    return result
+
+
+def _union(tiers: list[Any]) -> dict[str, dict[str, int]]:
+    """Each tier's newest generation: files and bytes (what a restore reads)."""
+    out = {}
+    for tier in tiers:
+        try:
+            gen, _ = tier.latest()
+        except Exception:  # a figure, never a failure of the bench
+            continue
+        if gen is not None:
+            out[tier.kind] = {"files": len(gen.files), "bytes": gen.bytes}
+    return out
+
+
+def _machine(machine: dict[str, Any]) -> dict[str, Any]:
+    loads = machine["load"] or [0.0]
+    return {
+        "cores": os.cpu_count(),
+        "load_1min_mean": round(sum(loads) / len(loads), 1),
+        "load_1min_max": round(max(loads), 1),
+        "check_seconds": round(machine["check_s"], 1),
+        "union_at_end": machine["union"],
+    }
 
 
 def _summary(
@@ -327,6 +438,10 @@ def _summary(
     events = Counter(r.get("event") for r in records)
     publishes = Counter(f"{r['tier']}:{r['status']}" for r in records if r.get("event") == "publish")
     restores = Counter(str(r.get("source")) for r in records if r.get("event") == "restored")
+    overdue = Counter(t for r in records if r.get("event") == "restored" for t in r.get("overdue", []))
+    abandoned = Counter(
+        r["tier"] for r in records if r.get("event") == "publish" and "WARMSTART_PUBLISH_DEADLINE_S" in r["detail"]
+    )
     try:
         faults = json.loads(stats.read_text())
     except (OSError, ValueError):
@@ -341,7 +456,9 @@ def _summary(
         "faulted_share_of_requests": fault_rate,
         "boots": events["boot"],
         "restores_by_source": dict(restores),
+        "restores_past_deadline": dict(overdue),
         "publishes": dict(publishes),
+        "publishes_past_deadline": dict(abandoned),
         "gcs": events["gc"],
         "gc_failures": events["gc_failed"],
         "violations": len(unique),

@@ -66,6 +66,28 @@ def machine_id() -> str:
     return f"{boot}/{namespace}"
 
 
+def volume_now(directory: Path) -> float | None:
+    """Now on the volume's clock: the mtime of a file created in `directory` this moment (a
+    network file system's server sets it; a local disk's is this machine's clock). None where
+    nothing can be created there (a read-only volume, a missing directory)."""
+    import uuid
+
+    clock = directory / f".clock-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.close(os.open(clock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except OSError:
+        return None
+    try:
+        return os.stat(clock).st_mtime
+    except OSError:
+        return None
+    finally:
+        try:
+            os.unlink(clock)
+        except OSError:
+            pass
+
+
 def lease_payload(holder: str, ttl_s: float) -> dict[str, Any]:
     """What a lease holds, in every store: who, where (machine and pid namespace), for how long.
     `expires` is the writer's clock, for people and for readers of old leases only: liveness is
@@ -190,7 +212,8 @@ class BundleStore(ABC):
 
     @abstractmethod
     def names(self, folder: str) -> dict[str, float]:
-        """Entry name -> age in seconds, for every entry in `folder` (temporaries included)."""
+        """Entry name -> age in seconds on this machine's clock (`clock_offset` corrects it), for
+        every entry in `folder` (temporaries included)."""
 
     @abstractmethod
     def read(self, rel: str) -> bytes:
@@ -226,6 +249,12 @@ class BundleStore(ABC):
     @abstractmethod
     def lease(self, holder: str, ttl_s: float) -> Lease: ...
 
+    def clock_offset(self) -> float:
+        """How far the store's clock is ahead of this machine's (0 where unknown). `names()` ages
+        are this machine's now minus the store's times: adding this puts them on the store's clock,
+        so that a collector whose clock is off never takes a young object for an old one."""
+        return 0.0
+
     # ------------------------------------------------------------------ shared on top
 
     def generation_numbers(self) -> list[int]:
@@ -256,17 +285,17 @@ class BundleStore(ABC):
                 warnings.append(str(exc))
         return None, warnings
 
-    def reader_registrations(self) -> dict[str, dict[str, Any] | None]:
-        """Reader registrations: name -> its content, None where unreadable."""
-        out: dict[str, dict[str, Any] | None] = {}
-        for name in self.names(READERS):
+    def reader_registrations(self) -> dict[str, tuple[dict[str, Any] | None, float]]:
+        """Reader registrations: name -> (its content, None where unreadable; its age as `names`)."""
+        out: dict[str, tuple[dict[str, Any] | None, float]] = {}
+        for name, age in self.names(READERS).items():
             if not name.endswith(".json") or name.startswith("."):
                 continue
             try:
                 data = json.loads(self.read(f"{READERS}/{name}"))
-                out[name] = data if isinstance(data, dict) else None
+                out[name] = (data if isinstance(data, dict) else None, age)
             except FileNotFoundError:
                 continue
             except (OSError, ValueError):
-                out[name] = None
+                out[name] = (None, age)
         return out

@@ -33,6 +33,7 @@ from .backend import (
     lease_expired,
     lease_payload,
     step,
+    volume_now,
 )
 from .bundle import CHUNK, BundleRef, StoreError, bundle_name, file_chunks, file_ranges, gen_name, now
 from .history import write_json_atomic
@@ -148,12 +149,18 @@ class StagedStore(BundleStore):
         return _FolderBundleWriter(self)
 
     def abandoned(self, ttl_s: float) -> list[str]:
+        offset = self.clock_offset()
         return [
             f"{folder}/{name}"
             for folder in (BUNDLES, GENERATIONS)
             for name, age in self.names(folder).items()
-            if name.startswith(".tmp-") and age > ttl_s
+            if name.startswith(".tmp-") and age + offset > ttl_s
         ]
+
+    def clock_offset(self) -> float:
+        t = now()
+        volume = volume_now(self.root)
+        return 0.0 if volume is None else volume - (t + now()) / 2
 
     def lease(self, holder: str, ttl_s: float) -> Lease:
         return PublishLease(self, holder, ttl_s=ttl_s)
@@ -222,16 +229,12 @@ class PublishLease(Lease):
     def _age(self) -> float | None:
         """How long ago the lease file was written or renewed, on the volume's clock: its mtime
         against that of a file created now (None where nothing can be created: a read-only volume)."""
-        clock = self.store.root / f".clock-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             written = self.store.lease_path.stat().st_mtime
-            os.close(os.open(clock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            try:
-                return os.stat(clock).st_mtime - written
-            finally:
-                os.unlink(clock)
         except OSError:
             return None
+        t = volume_now(self.store.root)
+        return None if t is None else t - written
 
     def renew(self) -> None:
         if self.held and (self._read() or {}).get("holder") == self.holder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from .backend import BUNDLES, GENERATIONS, READERS, BundleStore
 from .bundle import StoreError, StoreUnavailable, gen_name, now
@@ -49,21 +50,40 @@ class GarbagePlan:
             raise StoreError(f"{len(failed)} removal(s) failed{kept}: {failed[0]}")
 
 
+def registration_live(data: dict[str, Any] | None, age_s: float | None) -> bool:
+    """A reader registration protects its generation for its `ttl_s`, its age read on the store's
+    clock (never against the reader's own clock); one written before `ttl_s` was recorded, or
+    whose age is unknown, until its `expires`."""
+    if data is None:
+        return False
+    try:
+        ttl = data.get("ttl_s")
+        if age_s is not None and isinstance(ttl, (int, float)):
+            return age_s <= float(ttl)
+        return float(data["expires"]) >= now()
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def collect_garbage(store: BundleStore, *, ttl_s: float, keep: int = KEEP_GENERATIONS) -> GarbagePlan:
     """Plan removals: generations beyond the newest `keep` that no live reader uses, bundles no
-    remaining generation or reader references, temporaries older than `ttl_s`."""
+    remaining generation or reader references, temporaries older than `ttl_s`. Every age is read
+    on the store's clock: a collector whose clock runs a day ahead never takes a bundle that a
+    publish is about to index, or a reader's registration, for an old one."""
     live_generations: set[int] = set()
     live_bundles: set[str] = set()
     temporaries: list[str] = []
-    t = now()
-    for name, data in store.reader_registrations().items():
-        try:
-            if data is not None and float(data["expires"]) >= t:
+    registrations = store.reader_registrations()
+    offset = store.clock_offset()
+    for name, (data, age) in registrations.items():
+        if registration_live(data, age + offset):
+            try:
+                assert data is not None
                 live_generations.add(int(data["generation"]))
                 live_bundles.update(data.get("bundles", []))
                 continue
-        except (ValueError, KeyError, TypeError):
-            pass
+            except (ValueError, KeyError, TypeError):
+                pass
         temporaries.append(f"{READERS}/{name}")
     numbers = store.generation_numbers()
     kept = set(numbers[-keep:]) | live_generations
@@ -78,7 +98,7 @@ def collect_garbage(store: BundleStore, *, ttl_s: float, keep: int = KEEP_GENERA
         name
         for name, age in store.names(BUNDLES).items()
         # Unreferenced and old: young ones may belong to a publish that is about to create its generation.
-        if not name.startswith(".") and name not in referenced and age > ttl_s
+        if not name.startswith(".") and name not in referenced and age + offset > ttl_s
     ]
     try:
         temporaries += store.abandoned(ttl_s)

@@ -97,6 +97,7 @@ class S3Store(BundleStore):
         self.lease_settle_s = lease_settle_s
         self.compression = compression
         self._lock = threading.Lock()
+        self._offset: float | None = None  # the store's clock minus this machine's
 
     @property
     def location(self) -> str:
@@ -107,8 +108,22 @@ class S3Store(BundleStore):
 
     def call(self, operation: str, **kwargs: Any) -> Any:
         """One S3 request; botocore's failures become FileNotFoundError, StoreUnavailable or StoreError.
-        `read=True`: the body is read as well (retried when cut), its bytes in `Data`."""
-        return call(self.client, self.bucket, operation, url=self.url.url, **kwargs)
+        `read=True`: the body is read as well (retried when cut), its bytes in `Data`. Each answer's
+        `Date` tells how far the store's clock is from this one (`clock_offset`)."""
+        response = call(self.client, self.bucket, operation, url=self.url.url, **kwargs)
+        date = _store_date(response)
+        if date is not None:
+            self._offset = date + 0.5 - time.time()  # `Date` has whole seconds: the middle of its second
+        return response
+
+    def clock_offset(self) -> float:
+        """From the latest answer's `Date` (whole seconds: good to a second, against TTLs of minutes)."""
+        if self._offset is None:
+            try:
+                self.call("list_objects_v2", Prefix=self._key(GENERATIONS) + "/", MaxKeys=1)
+            except (StoreError, FileNotFoundError):
+                return 0.0
+        return self._offset or 0.0
 
     # ------------------------------------------------------------------ BundleStore
 
@@ -241,8 +256,8 @@ class S3Store(BundleStore):
 
     def abandoned(self, ttl_s: float) -> list[str]:
         out = []
-        t = time.time()
         page = self.call("list_multipart_uploads", Prefix=self.root + "/")
+        t = time.time() + self.clock_offset()  # the store's now: Initiated is the store's time
         for upload in page.get("Uploads", []):
             if t - upload["Initiated"].timestamp() > ttl_s:
                 out.append(f".uploads/{upload['UploadId']}/{upload['Key'][len(self.root) + 1 :]}")
@@ -394,13 +409,21 @@ class S3Lease(Lease):
             self.store.remove(LEASE)
 
 
-def _age_on_store_clock(response: dict[str, Any]) -> float | None:
-    """Now (the response's Date) minus LastModified: both the store's clock, whatever this one says."""
+def _store_date(response: Any) -> float | None:
+    """The response's `Date`: now on the store's clock (None where it has none)."""
     from email.utils import parsedate_to_datetime
 
     try:
-        date = response["ResponseMetadata"]["HTTPHeaders"]["date"]
-        return parsedate_to_datetime(date).timestamp() - response["LastModified"].timestamp()
+        return parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _age_on_store_clock(response: dict[str, Any]) -> float | None:
+    """Now (the response's Date) minus LastModified: both the store's clock, whatever this one says."""
+    date = _store_date(response)
+    try:
+        return None if date is None else date - response["LastModified"].timestamp()
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..tree import scan_tree
+from .backend import volume_now
 from .booting import BootMarker, read_boot_markers
 from .folder import PublishLease, StagedStore
+from .garbage import registration_live
 from .history import parse_boot_lines, read_json
 from .layout import VolumeLayout
 
@@ -177,7 +179,7 @@ def _generation_count(path: Path) -> int:
     return sum(1 for n in names if n.startswith("g") and n.endswith(".json"))
 
 
-def _staged_in_use(path: Path, at: float) -> list[str]:
+def _staged_in_use(path: Path) -> list[str]:
     """A live publish lease or restore registration under the key's staged store."""
     store = StagedStore(path / "staged")
     reasons = []
@@ -187,14 +189,17 @@ def _staged_in_use(path: Path, at: float) -> list[str]:
         registrations = list(store.readers.glob("*.json"))
     except OSError:
         registrations = []
+    # A registration's age on the volume's clock decides (garbage.registration_live), not its writer's.
+    t = (volume_now(store.root) or time.time()) if registrations else 0.0
     for reg in registrations:
         data = read_json(reg)
         try:
-            if float(data["expires"]) >= at:  # type: ignore[index]
-                reasons.append(f"a worker is restoring generation {data['generation']}")  # type: ignore[index]
-                break
-        except (KeyError, TypeError, ValueError):
+            age = t - reg.stat().st_mtime
+        except OSError:
             continue
+        if isinstance(data, dict) and registration_live(data, age):
+            reasons.append(f"a worker is restoring generation {data.get('generation')}")
+            break
     return reasons
 
 
@@ -227,7 +232,7 @@ def scan_key(
     in_use = []
     if name in set(booting):
         in_use.append("a boot of this key is in progress, or a worker serves it")
-    in_use += _staged_in_use(path, at)
+    in_use += _staged_in_use(path)
     mode = last_report.get("mode") or ("staged" if (path / "staged").is_dir() else None)
     if mode is None and (path / "cache").is_dir():
         mode = "direct"

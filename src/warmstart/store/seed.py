@@ -28,7 +28,8 @@ from .backend import BundleStore
 from .bundle import Generation, StoreError, layer_of
 from .folder import StagedStore
 from .siblings import SeedPlan, SeedSource, sibling_store
-from .staged import RestoreResult, restore
+from .staged import RestoreResult
+from .tiers import restore_within
 
 log = logging.getLogger("warmstart")
 
@@ -108,16 +109,23 @@ def sibling_opener(staged_root: Path | None, s3: BundleStore | None) -> Callable
 
 
 def seed_from(
-    plan: SeedPlan, dest: Path, open_store: Callable[[SeedSource], BundleStore], *, reader: str, ttl_s: float
+    plan: SeedPlan,
+    dest: Path,
+    open_store: Callable[[SeedSource], BundleStore],
+    *,
+    reader: str,
+    ttl_s: float,
+    deadline_s: float | None = None,
 ) -> SeedResult:
     """Restore the shareable layers of the first source that restores intact into `dest` (empty:
-    nothing of this key's own was restored). Logs one line."""
+    nothing of this key's own was restored), each within `deadline_s` as a tier's restore is
+    (store/tiers.py `restore_within`). Logs one line."""
     problems: list[str] = []
     empty: list[str] = []
     for source in plan.sources:
         try:
             store = layer_view(open_store(source), plan.layers)
-            result = restore(store, dest, reader=reader, ttl_s=ttl_s)
+            result = restore_within(store, dest, reader=reader, ttl_s=ttl_s, deadline_s=deadline_s)
         except Exception as exc:  # a sibling that cannot be opened is skipped, never fatal
             problems.append(f"{source.key}: {exc}")
             continue

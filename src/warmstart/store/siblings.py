@@ -26,6 +26,7 @@ from typing import Any
 from ..vllm.evidence import flatten
 from .backend import GENERATIONS, BundleStore
 from .bundle import StoreError, parse_gen_name
+from .deadline import Deadline, within
 from .history import parse_boot_lines, read_json
 
 # Layer -> the key its library looks a file up by (read in the versions vLLM 0.33.0 pins, and in
@@ -279,21 +280,33 @@ def record_key(store: BundleStore, key: str, factors: Mapping[str, Any], publish
     store.write(KEY_FILE, json.dumps({"key": key, "factors": factors, "published": published}).encode())
 
 
-def plan_seed(own_key: str, factors: Mapping[str, Any], staged_root: Path | None, s3: Any, same: str) -> SeedPlan:
+def plan_seed(
+    own_key: str,
+    factors: Mapping[str, Any],
+    staged_root: Path | None,
+    s3: Any,
+    same: str,
+    *,
+    deadline_s: float | None = None,
+) -> SeedPlan:
     """Where this key would be seeded from, decided before vLLM starts (the plan's `seed`).
     `staged_root`: the key's store on the volume (its parent's parent holds every key); `s3`: the
     key's S3 store or None; `same`: a part of the key's name every sibling's name shares. A key with
     generations of its own on the volume is never seeded; one with them only in the S3 store
     restores those first (the seed is used only when nothing restored). An S3 store that cannot
-    be listed leaves the volume's siblings."""
+    be listed (within `deadline_s`, WARMSTART_RESTORE_DEADLINE_S) leaves the volume's siblings."""
     keys_dir = staged_root.parent.parent if staged_root is not None else None
     if staged_root is not None and generation_count(staged_root) > 0:
         return SeedPlan(note="the key has generations of its own")
     siblings = volume_siblings(keys_dir, own_key) if keys_dir is not None else []
     warning = ""
     if s3 is not None:
+        deadline = Deadline(deadline_s, "WARMSTART_RESTORE_DEADLINE_S") if deadline_s else None
         try:
-            siblings += s3_siblings(s3, own_key, same)
+            found = within(deadline, lambda: s3_siblings(s3, own_key, same), "siblings")
+            if found is None:
+                raise StoreError(f"no answer within {deadline_s:g} s (WARMSTART_RESTORE_DEADLINE_S)")
+            siblings += found
         except (OSError, StoreError) as exc:
             warning = f"the S3 store's keys could not be listed: {exc}"
     plan = with_cold_compile(choose_seeds(own_key, factors, siblings), keys_dir)

@@ -64,10 +64,11 @@ from .bundle import (
     now,
     per_layer,
 )
+from .deadline import Deadline
 from .extract import extract_bundle
 from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
-from .staging import clear_leftovers, swap_in
+from .staging import clear_leftovers, replace_cache
 
 log = logging.getLogger("warmstart")
 
@@ -102,18 +103,24 @@ class RestoreResult:
 def _register_reader(store: BundleStore, reader: str, gen: Generation, ttl_s: float) -> str:
     """Atomically (a half-written registration would protect nothing from the collector)."""
     rel = f"{READERS}/{reader}.json"
-    payload = {"generation": gen.number, "bundles": [b.name for b in gen.bundles], "expires": now() + ttl_s}
+    payload = {"generation": gen.number, "bundles": [b.name for b in gen.bundles], "ttl_s": ttl_s}
+    payload["expires"] = now() + ttl_s  # for people and old collectors: its age on the store's clock decides
     store.write(rel, json.dumps(payload, sort_keys=True).encode())
     return rel
 
 
-def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.0) -> RestoreResult:
-    """Replace `dest` with the newest generation that restores intact (or leave it empty)."""
+def restore(
+    store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.0, guard: Deadline | None = None
+) -> RestoreResult:
+    """Replace `dest` with the newest generation that restores intact (or leave it empty). With a
+    `guard`, `dest` is written only under its `committing()`: never once its deadline passed."""
     start = time.monotonic()
     problems: list[str] = []
     bad: list[str] = []
-    staging = dest.with_name(dest.name + f".restoring-{os.getpid()}")
+    # Per store: a tier's restore left behind by its deadline never touches the next tier's.
+    staging = dest.with_name(dest.name + f".restoring-{os.getpid()}-{store.kind}")
     clear_leftovers(dest)
+    shutil.rmtree(staging, ignore_errors=True)
     unavailable = False
     unregistered = False
     try:
@@ -169,15 +176,15 @@ def restore(store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.
                     store.remove(registration)
                 except (OSError, StoreError):
                     pass
-        swap_in(staging, dest)
+        replace_cache(dest, staging, guard)
         files = [(p, f.size) for p, f in gen.files.items()]
         seconds = time.monotonic() - start
         return RestoreResult(
             number, len(files), gen.bytes, seconds, per_layer(files), tuple(problems), tuple(bad), store.kind
         )
-    # Nothing restorable: start cold, from an empty directory.
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    replace_cache(dest, staging, guard)  # nothing restorable: start cold, from an empty directory
     return RestoreResult(None, 0, 0, time.monotonic() - start, {}, tuple(problems), tuple(bad), store.kind, unavailable)
 
 

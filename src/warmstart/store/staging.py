@@ -8,21 +8,27 @@ directory behind: the next restore into the same cache removes it.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
 from pathlib import Path
 
+from .deadline import Deadline
+
 
 def clear_leftovers(dest: Path) -> None:
-    """Remove what restores into `dest` that no longer run left beside it: `<dest>.restoring-<pid>`
-    (a staging directory, complete or not) and `<dest>.replaced-<pid>` (the cache it replaced).
-    Nothing ever reads them; they only hold disk. A process still running keeps its own."""
+    """Remove what restores into `dest` that no longer run left beside it:
+    `<dest>.restoring-<pid>-<store>` (a staging directory, complete or not) and `<dest>.replaced-<pid>`
+    (the cache it replaced). Nothing ever reads them; they only hold disk. A process still running
+    keeps its own, this one included: a tier's restore that its deadline left behind may still be
+    writing into its staging directory, and removes it itself (`replace_cache`)."""
     for path in dest.parent.glob(f"{glob.escape(dest.name)}.*-*"):
-        kind, _, pid = path.name[len(dest.name) + 1 :].partition("-")
+        kind, _, rest = path.name[len(dest.name) + 1 :].partition("-")
+        pid = rest.partition("-")[0]
         if kind not in ("restoring", "replaced") or not pid.isdigit():
             continue
-        if int(pid) != os.getpid() and process_alive(int(pid)):
+        if int(pid) == os.getpid() or process_alive(int(pid)):
             continue
         shutil.rmtree(path, ignore_errors=True)
 
@@ -49,3 +55,14 @@ def swap_in(staging: Path, dest: Path) -> None:
         pass
     os.replace(staging, dest)
     shutil.rmtree(replaced, ignore_errors=True)
+
+
+def replace_cache(dest: Path, staging: Path, guard: Deadline | None = None) -> None:
+    """`dest` becomes the complete `staging` directory (`swap_in`), unless the guard's deadline passed:
+    a restore its tier's deadline left behind never replaces the cache the boot went on with. The
+    staging directory is gone afterwards either way."""
+    try:
+        with guard.committing() if guard is not None else contextlib.nullcontext():
+            swap_in(staging, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

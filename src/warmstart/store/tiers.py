@@ -10,11 +10,13 @@ its generation lacks. Both log one line per tier and return frozen results.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backend import BundleStore
+from .backend import READERS, BundleStore, Lease
+from .deadline import Deadline, bounded, within
 from .folder import StagedStore
 from .staged import PublishResult, RestoreResult, publish, restore
 
@@ -38,22 +40,31 @@ class TierRestore:
         return self.result is not None and self.result.restored
 
 
-def restore_tiers(tiers: Sequence[BundleStore], dest: Path, *, reader: str, ttl_s: float) -> TierRestore:
-    """Replace `dest` with the newest intact generation of the nearest tier that has one. One
+RESTORE_DEADLINE = "WARMSTART_RESTORE_DEADLINE_S"
+PUBLISH_DEADLINE = "WARMSTART_PUBLISH_DEADLINE_S"
+RELEASE_DEADLINE_S = 10.0  # giving a lease back at exit: it expires by itself anyway
+
+
+def restore_tiers(
+    tiers: Sequence[BundleStore], dest: Path, *, reader: str, ttl_s: float, deadline_s: float | None = None
+) -> TierRestore:
+    """Replace `dest` with the newest intact generation of the nearest tier that has one, each
+    tier's restore (list, register, fetch, extract) within `deadline_s` (store/deadline.py). One
     restored from S3 reaches the volume with the volume's publish: it lacks a generation, so that
     publish writes all of it."""
     problems: list[str] = []
     bad: dict[str, tuple[str, ...]] = {}
     result = None
     for tier in tiers:
-        result = restore(tier, dest, reader=reader, ttl_s=ttl_s)
+        result = restore_within(tier, dest, reader=reader, ttl_s=ttl_s, deadline_s=deadline_s)
         problems += [f"{tier.kind}: {p}" for p in result.problems]
         bad[tier.kind] = result.bad_bundles
         if result.unavailable:
             log.warning(
-                "warmstart | restore  | %s store unavailable, going on without it: %s",
+                "warmstart | restore  | %s store unavailable, going on without it: %s [%s]",
                 tier.kind,
                 "; ".join(result.problems),
+                tier.location,
             )
         else:
             for problem in result.problems:
@@ -91,6 +102,23 @@ def restore_tiers(tiers: Sequence[BundleStore], dest: Path, *, reader: str, ttl_
     return TierRestore(result, tuple(problems), bad)
 
 
+def restore_within(
+    tier: BundleStore, dest: Path, *, reader: str, ttl_s: float, deadline_s: float | None
+) -> RestoreResult:
+    """One tier's restore; past `deadline_s` the tier is unavailable, `dest` is left empty (the
+    restore left behind can no longer write it) and no bundle is blamed."""
+    deadline = Deadline(deadline_s, RESTORE_DEADLINE, "the restore") if deadline_s else None
+    result = within(
+        deadline, lambda: restore(bounded(tier, deadline), dest, reader=reader, ttl_s=ttl_s, guard=deadline), "restore"
+    )
+    if result is not None:
+        return result
+    assert deadline is not None
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    return RestoreResult(None, 0, 0, deadline.seconds, {}, (deadline.reason,), (), tier.kind, unavailable=True)
+
+
 @dataclass(frozen=True)
 class TierPublish:
     """One publish result per tier, in the tiers' order (nearest first)."""
@@ -120,9 +148,11 @@ def publish_tiers(
     lease_ttl_s: float,
     distrust: Mapping[str, tuple[str, ...]] | None = None,
     blocked: str | None = None,
+    deadline_s: float | None = None,
 ) -> TierPublish:
-    """Publish what `local` holds that each tier's generation lacks, the volume first. `blocked`:
-    why the volume may not be written (said once already, in the volume line)."""
+    """Publish what `local` holds that each tier's generation lacks, the volume first, each tier's
+    publish (its garbage collection included) within `deadline_s`. `blocked`: why the volume may
+    not be written (said once already, in the volume line)."""
     results = tuple(
         publish_tier(
             tier,
@@ -132,6 +162,7 @@ def publish_tiers(
             lease_ttl_s=lease_ttl_s,
             distrust=(distrust or {}).get(tier.kind, ()),
             blocked=blocked,
+            deadline_s=deadline_s,
         )
         for tier in tiers
     )
@@ -147,6 +178,7 @@ def publish_tier(
     lease_ttl_s: float,
     distrust: tuple[str, ...] = (),
     blocked: str | None = None,
+    deadline_s: float | None = None,
 ) -> PublishResult:
     if isinstance(tier, StagedStore):
         if blocked is not None:
@@ -164,9 +196,19 @@ def publish_tier(
             log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
             return result
     _stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
-    result = publish(
-        tier, local, publisher=publisher, lease_wait_s=lease_wait_s, lease_ttl_s=lease_ttl_s, distrust=distrust
+    deadline = Deadline(deadline_s, PUBLISH_DEADLINE, "the publish") if deadline_s else None
+    store = bounded(tier, deadline)
+    result = within(
+        deadline,
+        lambda: publish(
+            store, local, publisher=publisher, lease_wait_s=lease_wait_s, lease_ttl_s=lease_ttl_s, distrust=distrust
+        ),
+        "publish",
     )
+    if result is None:
+        assert deadline is not None
+        detail = f"publish abandoned: {deadline.reason}; the previous generation is intact"
+        result = PublishResult("failed", seconds=deadline.seconds, detail=detail)
     if result.status == "published":
         _stage(
             "publish",
@@ -186,15 +228,30 @@ def publish_tier(
 
 
 def release_leases(tiers: Sequence[BundleStore], *, holder: str, ttl_s: float) -> None:
-    """Give back `holder`'s publish lease in every tier where it still holds it. For an exit
-    while a publish runs in another thread: the process ends before that publish's own `finally`
-    releases it. A lease held by another holder is left alone (release checks the holder)."""
+    """Give back `holder`'s publish lease in every tier where it still holds it, and remove its
+    reader registration. For an exit while a publish or a restore runs in another thread: the
+    process ends before that thread's own `finally` gives them back. A lease held by another
+    holder is left alone (release checks the holder). Each tier's bounded: at exit a stalled store
+    costs `RELEASE_DEADLINE_S`, then what is left expires by itself."""
     for tier in tiers:
         lease = tier.lease(holder, ttl_s)
         lease.held = True  # release() acts only on a lease it believes held, and re-reads the holder
-        try:
+
+        def give_back(tier: BundleStore = tier, lease: Lease = lease) -> None:
             lease.release()
+            tier.remove(f"{READERS}/{holder}.json")
+
+        deadline = Deadline(RELEASE_DEADLINE_S, "release", "giving the lease back")
+        try:
+            within(deadline, give_back, "release")
         except Exception as exc:  # an exit path: a store's failure is a warning, never a crash
             log.warning(
                 "warmstart | publish  | could not release the %s lease (it expires by itself): %s", tier.kind, exc
+            )
+            continue
+        if deadline.expired:
+            log.warning(
+                "warmstart | publish  | could not release the %s lease (it expires by itself): no answer in %g s",
+                tier.kind,
+                RELEASE_DEADLINE_S,
             )

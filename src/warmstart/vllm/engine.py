@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from ..envnames import WITHHELD_FROM_VLLM
 from ..secrets import is_secret_name
 from ..settings import Settings, parse_bool
-from ..variables import ENGINE_FLAGS, WITHHELD_FROM_VLLM
+from ..variables import ENGINE_FLAGS
 from .concurrency import fit_concurrency
 from .hashing import VLLM_HASHED_UNPREFIXED
 from .install import EngineInfo
@@ -160,7 +161,7 @@ def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
     """Does an inherited variable of this name reach vLLM's environment?
 
     The allow-list above, plus what WARMSTART_VLLM_ENV names; minus the wrapper's own settings
-    (variables.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
+    (envnames.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
     VLLM_PORT as the first of its internal ports, utils/network_utils.py) and minus every secret
     but the two vLLM reads: HF_TOKEN/HUGGING_FACE_HUB_TOKEN (a tokenizer or draft model from the
     Hub) and VLLM_API_KEY (the server's key, vLLM's middleware `envs.VLLM_API_KEY`).

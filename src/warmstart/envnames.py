@@ -1,0 +1,57 @@
+"""What an environment name is, derived from the table in variables.py: one of warmstart's own
+settings, a worker-vllm name vLLM has removed, a variable vLLM reads (and may hash), one that must
+not reach vLLM's environment, a secret. The table declares the variables; this module answers
+questions about any name, declared or not.
+"""
+
+from __future__ import annotations
+
+from .secrets import is_secret_name as _is_secret_name
+from .variables import BY_NAME, SECRET_VARIABLES, VARIABLES
+from .vllm.hashing import VLLM_HASHED_UNPREFIXED
+
+# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does.
+REMOVED_VARS = (
+    "SWAP_SPACE",
+    "ROPE_SCALING",
+    "ROPE_THETA",
+    "NUM_LOOKAHEAD_SLOTS",
+    "USE_V2_BLOCK_MANAGER",
+    "GUIDED_DECODING_BACKEND",
+    "MAX_SEQ_LEN_TO_CAPTURE",
+    "MAX_CONTEXT_LEN_TO_CAPTURE",
+    "DISABLE_LOG_REQUESTS",
+    "VLLM_ATTENTION_BACKEND",
+    "CUDA_GRAPH_SIZES",
+    "WORKER_USE_RAY",
+)
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable name the settings read."""
+    return frozenset(BY_NAME)
+
+
+# worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
+_WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
+
+# Variables that configure warmstart and must not reach vLLM's environment. vLLM reads
+# `VLLM_PORT` as the first of its internal ports (vllm/envs.py `get_vllm_port`,
+# vllm/utils/network_utils.py `get_open_ports_list`), while worker-vllm's VLLM_PORT is the API
+# port; other VLLM_* wrapper names are an "Unknown vLLM environment variable" to vLLM
+# (platforms/interface.py `validate_environ`, fatal with hard_fail). The engine flags reach vLLM
+# as arguments; generic names such as SEED or BLOCK_SIZE have no business in its environment.
+# What still passes (`to_vllm`): the Hub token, for a library that fetches a config or
+# tokenizer, and HF_HUB_OFFLINE, which the engine environment sets anyway.
+WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - {v.env for v in VARIABLES if v.to_vllm}
+
+
+def is_vllm_variable(name: str) -> bool:
+    """A variable vLLM reads (and may hash): VLLM_*, or one of its unprefixed names."""
+    return (name.startswith("VLLM_") or name in VLLM_HASHED_UNPREFIXED) and name not in WITHHELD_FROM_VLLM
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable or flag name whose value must never be printed (secrets.py's rule, plus the
+    variables the table marks `secret`)."""
+    return _is_secret_name(name) or name in SECRET_VARIABLES
