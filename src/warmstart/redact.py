@@ -52,10 +52,10 @@ class Redactor:
         out: list[str] = []
         for o in parse_argv(args):
             if o.flag is not None and is_secret_name(o.flag):
-                out += [f"{o.flag}={MASK}"] if o.inline else [o.flag, *(MASK for _ in o.values)]
+                out += [f"{o.written}={MASK}"] if o.inline else [str(o.written), *(MASK for _ in o.values)]
             elif o.flag in SECRET_JSON_FIELDS and o.values:
                 masked = _without_secret_fields(o.flag, o.values[0])
-                out += [f"{o.flag}={masked}"] if o.inline else [o.flag, masked]
+                out += [f"{o.written}={masked}"] if o.inline else [str(o.written), masked]
             else:
                 out += [self.text(token) for token in o.tokens]
         return out

@@ -16,6 +16,7 @@ SAME_KEY_GROUPS = {
         {"ENFORCE_EAGER": "1"},
         {"ENFORCE_EAGER": "yes"},
         {"VLLM_EXTRA_ARGS": "--enforce-eager"},
+        {"VLLM_EXTRA_ARGS": "--enforce_eager"},
     ],
     "max_model_len": [{"MAX_MODEL_LEN": "512"}, {"MAX_MODEL_LEN": "0512"}, {"VLLM_EXTRA_ARGS": "--max-model-len=512"}],
     "max_num_seqs": [
@@ -24,6 +25,8 @@ SAME_KEY_GROUPS = {
         {"VLLM_EXTRA_ARGS": "--max-num-seqs=4"},
         {"MAX_NUM_SEQS": "8", "VLLM_EXTRA_ARGS": "--max-num-seqs 4"},  # extra args come last and win
         {"VLLM_EXTRA_ARGS": "--max-num-seqs 2 --max-num-seqs 4"},  # argparse keeps the last
+        {"VLLM_EXTRA_ARGS": "--max_num_seqs 4"},  # utils/argparse_utils.py: `_` -> `-` before the first `.`
+        {"VLLM_EXTRA_ARGS": "--max_num-seqs=4"},
     ],
     "tensor_parallel_size": [
         {"TENSOR_PARALLEL_SIZE": "2"},

@@ -23,6 +23,23 @@ def test_the_forms_of_a_flag():
     assert occ[2].inline and not occ[3].inline
 
 
+def test_a_flag_is_named_as_vllms_parser_names_it_and_kept_as_written():
+    # utils/argparse_utils.py FlexibleArgumentParser.parse_args: `_` -> `-` between `--` and the first `.`.
+    occ = parse_argv(["--max_num_seqs", "4", "--enforce_eager", "--compilation_config.cudagraph_capture_sizes=[1]"])
+    assert [o.flag for o in occ] == [
+        "--max-num-seqs",
+        "--enforce-eager",
+        "--compilation-config.cudagraph_capture_sizes",
+    ]
+    assert [o.tokens for o in occ] == [
+        ("--max_num_seqs", "4"),
+        ("--enforce_eager",),
+        ("--compilation_config.cudagraph_capture_sizes=[1]",),
+    ]
+    assert parse_argv(["-t_p", "2"])[0].flag == "-t_p", "single-dash flags are left alone"
+    assert Redactor().argv(["--api_key", "sk-first-111"]) == ["--api_key", MASK]
+
+
 def test_a_flag_takes_one_word_a_boolean_none_a_number_is_a_value():
     assert [o.flag for o in parse_argv(["--seed", "-1", "--enforce-eager", "x"])] == ["--seed", "--enforce-eager", None]
     assert parse_argv(["--seed", "-1"])[0].values == ("-1",)
@@ -59,7 +76,8 @@ def test_every_value_of_a_multi_valued_secret_flag_is_masked_and_kept_out_of_the
 
 
 def test_refused_flags_are_found_in_any_form():
-    for extra in ("--port 9000", "--host=0.0.0.0", "--seed 1 --download-dir /x"):
+    # vLLM reads `--download_dir` as `--download-dir` (utils/argparse_utils.py): so does the refusal.
+    for extra in ("--port 9000", "--host=0.0.0.0", "--seed 1 --download-dir /x", "--download_dir=/x"):
         try:
             from_env({"MODEL_NAME": "a/b", "VLLM_EXTRA_ARGS": extra})
         except ValueError as exc:

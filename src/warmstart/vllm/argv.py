@@ -6,7 +6,8 @@ key, the parallel sizes that say how many GPUs the engine uses, the flags warmst
 to let a user override, and the per-boot flags the boot record leaves out. They must agree
 on where one flag's value ends and the next flag begins, so they all read this parse.
 
-The rules are argparse's, as vLLM's parser uses them: `--flag=v` and `-f=v` carry their
+The rules are argparse's, as vLLM's parser uses them: a flag is named as vLLM names it
+(`--max_num_seqs` is `--max-num-seqs`); `--flag=v` and `-f=v` carry their
 value inline; `--flag v` takes the next word; a flag of vLLM's that takes several values
 (`nargs="+"`: `--api-key k1 k2`) takes every word up to the next flag; `--no-flag` and the
 boolean flags named below take none; a word that no flag takes is a bare value (the model
@@ -97,6 +98,11 @@ class Occurrence:
         return self.flag is not None and len(self.tokens) == 1 and "=" in self.tokens[0]
 
     @property
+    def written(self) -> str | None:
+        """The flag as written (`--max_num_seqs`), where `flag` is vLLM's name for it (`--max-num-seqs`)."""
+        return None if self.flag is None else self.tokens[0].partition("=")[0]
+
+    @property
     def value(self) -> str | None:
         """The first value, or None for a flag given none."""
         return self.values[0] if self.values else None
@@ -105,6 +111,16 @@ class Occurrence:
 def is_flag(token: str) -> bool:
     """`--flag`, `--flag=v` or `-f`; not `-1`, `-` or a bare word."""
     return token.startswith("-") and token != "-" and not _NUMBER.match(token)
+
+
+def vllm_spelling(flag: str) -> str:
+    """A flag as vLLM's parser names it: in a `--` flag, underscores before the first `.` are dashes
+    (`--max_num_seqs` is `--max-num-seqs`, `--compilation_config.level` is `--compilation-config.level`;
+    utils/argparse_utils.py FlexibleArgumentParser.parse_args, `(?<=--)[^\\.]*` with `_` -> `-`)."""
+    if not flag.startswith("--"):
+        return flag
+    head, dot, rest = flag[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + rest
 
 
 def takes_values(flag: str) -> str:
@@ -131,6 +147,7 @@ def parse_argv(args: Iterable[str]) -> tuple[Occurrence, ...]:
             i += 1
             continue
         name, eq, inline = token.partition("=")
+        name = vllm_spelling(name)  # as vLLM reads it; `tokens` keep what was written
         if eq:
             out.append(Occurrence(name, (inline,), (token,)))
             i += 1

@@ -103,13 +103,13 @@ def user_choice(engine: Mapping[str, str], extra_args: Iterable[str]) -> str | N
             continue
         dest, key = dest_as_vllm_reads(o.flag)
         if dest == SEQS_DEST and not key:
-            return f"VLLM_EXTRA_ARGS gives {o.flag}"
+            return f"VLLM_EXTRA_ARGS gives {o.written}"
         if dest in CAPTURE_DESTS and not key:
-            return f"VLLM_EXTRA_ARGS gives {o.flag}"
+            return f"VLLM_EXTRA_ARGS gives {o.written}"
         if dest == COMPILATION_DEST and (key.split(".")[0] in CAPTURE_DESTS if key else _json_sets_capture(o.value)):
-            return f"VLLM_EXTRA_ARGS sets CUDA graph capture sizes ({o.flag})"
+            return f"VLLM_EXTRA_ARGS sets CUDA graph capture sizes ({o.written})"
         if dest == CONFIG_FILE_DEST:
-            return f"VLLM_EXTRA_ARGS gives {o.flag} {o.value or ''} (vLLM ranks the command line above the file)"
+            return f"VLLM_EXTRA_ARGS gives {o.written} {o.value or ''} (vLLM ranks the command line above the file)"
     return None
 
 
