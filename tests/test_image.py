@@ -15,19 +15,11 @@ import pytest
 
 from helpers.run import REPO, WARMSTART
 
+# Every module of the tools' package, by name (a product module of the same name, e.g. cli, is no tool).
+_PRODUCT = {p.stem for p in (REPO / "src" / "warmstart").rglob("*.py")}
 DEV_NAMES = (
     "warmstart_dev",
-    "bench",
-    "slowfs",
-    "testmodel",
-    "scriptedengine",
-    "throttle",
-    "s3server",
-    "gpucheck",
-    "chaos",
-    "imagecheck",
-    "fakehub",
-    "flagtable",
+    *sorted({p.stem for p in (REPO / "tools" / "warmstart_dev").glob("*.py")} - _PRODUCT - {"__init__"}),
 )
 DEV_COMMANDS = ("testmodel", "bench")
 USER_COMMANDS = ("key", "boot", "serve", "fetch", "report", "ls", "explain", "gc", "timeline", "predict")
