@@ -204,3 +204,13 @@ def test_restore_deadlines_that_could_spend_the_init_limit_are_warned_of():
     assert not [w for w in settings(WARMSTART_RESTORE_DEADLINE_S="210").warnings if "DEADLINE" in w], "one tier"
     assert [w for w in settings(WARMSTART_RESTORE_DEADLINE_S="100", RUNPOD_INIT_TIMEOUT="150", **s3).warnings]
     assert problems(WARMSTART_RESTORE_DEADLINE_S="0") == ["WARMSTART_RESTORE_DEADLINE_S='0': must be at least 1"]
+
+
+def test_a_lease_ttl_a_restore_may_outlive_is_warned_of():
+    """A reader registration lives WARMSTART_LEASE_TTL_S, unrenewed, while a restore may take its deadline."""
+    assert not [w for w in settings().warnings if "LEASE_TTL" in w], "600 s against 120 s"
+    (warning,) = [w for w in settings(WARMSTART_LEASE_TTL_S="60").warnings if "LEASE_TTL" in w]
+    assert "below WARMSTART_RESTORE_DEADLINE_S=120" in warning
+    assert not [
+        w for w in settings(WARMSTART_LEASE_TTL_S="60", WARMSTART_RESTORE_DEADLINE_S="30").warnings if "TTL" in w
+    ]

@@ -287,6 +287,14 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             f"{tiers * values['restore_deadline_s']:g} s before vLLM starts, of the {limit:g} s a cold start may take"
         )
 
+    # A restore's reader registration lives WARMSTART_LEASE_TTL_S on the store's clock and is not
+    # renewed: a restore that may outlive it leaves its bundles to a collector meanwhile.
+    if values["lease_ttl_s"] < values["restore_deadline_s"]:
+        warnings.append(
+            f"WARMSTART_LEASE_TTL_S={values['lease_ttl_s']:g} is below WARMSTART_RESTORE_DEADLINE_S="
+            f"{values['restore_deadline_s']:g}: a slow restore's bundles may be collected while it reads them"
+        )
+
     if problems:
         raise SettingsError(problems)
 
