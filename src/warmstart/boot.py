@@ -176,12 +176,14 @@ class Boot:
     def restore(self) -> None:
         """Staged: replace the local cache with the newest intact generation of the nearest tier."""
         plan = self.plan
+        seeding = plan.seed is not None and bool(plan.seed.sources)
         self.restored = restore_tiers(
             plan.tiers,
             plan.cache_dirs.base,
             reader=self.worker,
             ttl_s=plan.settings.lease_ttl_s,
             deadline_s=plan.settings.restore_deadline_s,
+            otherwise="seeding from a sibling key" if seeding else "starting cold",
         )
         if not self.restored.restored and plan.seed is not None:
             opener = sibling_opener(plan.staged.root if plan.staged else None, plan.s3)

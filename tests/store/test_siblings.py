@@ -388,6 +388,8 @@ def test_a_key_new_to_a_datacenter_is_seeded_from_a_sibling_in_the_s3_store(
     for v in (volume_a, volume_b):
         write_test_model(v / "huggingface-cache" / "hub", MODEL_ID)
 
+    logs: list[str] = []
+
     def run(volume: Path, local: str, command: list[str], **extra: str) -> dict:
         env = base_env(
             volume, fake_vllm_python, tmp_path, WARMSTART_S3_URL=f"s3://{bucket}/warmstart", **s3_env(endpoint)
@@ -395,6 +397,7 @@ def test_a_key_new_to_a_datacenter_is_seeded_from_a_sibling_in_the_s3_store(
         env.update(WARMSTART_LOCAL_CACHE=str(tmp_path / local), **extra)
         result = run_warmstart(command, env, timeout=120)
         assert result.returncode == 0, result.stderr[-3000:]
+        logs.append(result.stderr)
         return json.loads(result.stdout)
 
     a = run(volume_a, "local-a", ["boot", "--json"], FAKE_VLLM_ARTIFACTS="3:1000:a")
@@ -407,3 +410,6 @@ def test_a_key_new_to_a_datacenter_is_seeded_from_a_sibling_in_the_s3_store(
     assert (seeded["from"], seeded["tier"], b["verdict"]) == (a["key"], "s3", "partial")
     assert seeded["layers"]["inductor"]["files"] == 4 and b["caches"]["inductor"]["files_added"] == 0
     assert b["staged"]["s3"]["publish"]["status"] == "published", "B's own generation, in the store too"
+    restore_lines = [line for line in logs[-1].splitlines() if "warmstart | restore" in line]
+    assert restore_lines[-1].endswith(": seeding from a sibling key"), restore_lines
+    assert not [line for line in restore_lines if "starting cold" in line], "the log says what the boot does"

@@ -46,12 +46,18 @@ RELEASE_DEADLINE_S = 10.0  # giving a lease back at exit: it expires by itself a
 
 
 def restore_tiers(
-    tiers: Sequence[BundleStore], dest: Path, *, reader: str, ttl_s: float, deadline_s: float | None = None
+    tiers: Sequence[BundleStore],
+    dest: Path,
+    *,
+    reader: str,
+    ttl_s: float,
+    deadline_s: float | None = None,
+    otherwise: str = "starting cold",
 ) -> TierRestore:
     """Replace `dest` with the newest intact generation of the nearest tier that has one, each
     tier's restore (list, register, fetch, extract) within `deadline_s` (store/deadline.py). One
     restored from S3 reaches the volume with the volume's publish: it lacks a generation, so that
-    publish writes all of it."""
+    publish writes all of it. `otherwise`: what the boot does when no tier has one, for the log."""
     problems: list[str] = []
     bad: dict[str, tuple[str, ...]] = {}
     result = None
@@ -89,7 +95,7 @@ def restore_tiers(
                 tier.kind,
                 tier.location,
                 len(result.problems),
-                ": starting cold" if last else "",
+                f": {otherwise}" if last else "",
             )
         else:
             _stage(
@@ -97,7 +103,7 @@ def restore_tiers(
                 "no generation to restore in the %s store %s%s",
                 tier.kind,
                 tier.location,
-                ": starting cold" if last else "",
+                f": {otherwise}" if last else "",
             )
     return TierRestore(result, tuple(problems), bad)
 
