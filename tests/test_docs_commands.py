@@ -53,7 +53,7 @@ NOT_SETTINGS = {
     # The tests' and benchmarks' switches (docs/development.md, docs/BENCHMARKS.md).
     "WARMSTART_TEST_VLLM_PYTHON": "tests",
     "WARMSTART_SKIP_VLLM": "tests",
-    "WARMSTART_VLLM033_SOURCE": "tests",
+    "WARMSTART_VLLM_WHEELS": "tests",
     "WARMSTART_BENCH_MODELS": "benchmarks",
     "BENCH_REPEATS": "benchmarks",
     "BENCH_WEIGHTS_SIDES": "benchmarks",

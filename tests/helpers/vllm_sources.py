@@ -5,11 +5,15 @@ $WARMSTART_VLLM_WHEELS, else ~/.cache/warmstart-tests/vllm/ (wheels), and its sd
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
+import subprocess
+import sys
 import tarfile
 import urllib.request
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,33 @@ SDISTS = WHEELS / "sdist"
 
 
 SIMPLE_INDEX = "https://pypi.org/simple/vllm/"
+
+# vLLM's CUDA wheels are abi3 manylinux builds; asking for exactly that keeps pip from building anything.
+PLATFORM = ["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_31_x86_64"]
+ABI = ["--python-version", "312", "--implementation", "cp", "--abi", "abi3", "--abi", "cp312", "--only-binary", ":all:"]
+
+
+@cache
+def wheel(release: str) -> Path:
+    """vLLM's CUDA wheel of a release (about 300 MB), downloaded once; where it cannot be, the test is
+    skipped saying why. Every test that reads a wheel asks here, so none depends on another having run
+    first; a lock keeps two test processes from downloading the same wheel at once."""
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    with (WHEELS / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
+        if found:
+            return found[0]
+        cmd = [sys.executable, "-m", "pip", "download", f"vllm=={release}", "--no-deps", *PLATFORM, *ABI]
+        try:
+            done = subprocess.run([*cmd, "-d", str(WHEELS)], capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"vllm=={release}: the package registry did not deliver the wheel within 15 min")
+        found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
+        if done.returncode != 0 or not found:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            pytest.skip(f"vllm=={release}: the package registry cannot be reached from here ({tail[0]})")
+        return found[0]
 
 
 def fetch_sdist(release: str, path: Path) -> str | None:

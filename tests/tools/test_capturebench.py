@@ -12,18 +12,15 @@ import subprocess
 import pytest
 
 from helpers.run import FIXTURES, REPO, WARMSTART_DEV
-from helpers.vllm_sources import WHEELS
+from helpers.vllm_sources import wheel
 from warmstart_dev.capturebench import PER_GRAPH_S, markdown, side
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dict:
-    wheels = sorted(WHEELS.glob("vllm-0.33.0-*.whl"))
-    if not wheels:
-        pytest.skip(f"vllm-0.33.0 wheel not cached in {WHEELS} (tests/vllm/test_releases.py fetches it)")
     work = tmp_path_factory.mktemp("capture")
     done = subprocess.run(
-        [WARMSTART_DEV, "bench", "capture", "--json", "--workdir", str(work), "--wheel", str(wheels[0])],
+        [WARMSTART_DEV, "bench", "capture", "--json", "--workdir", str(work), "--wheel", str(wheel("0.33.0"))],
         env={"PATH": "/usr/bin:/bin", "HOME": str(work), "WARMSTART_VLLM_PYTHON": vllm_python},
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ import zipfile
 import pytest
 
 from helpers.run import FIXTURES
-from helpers.vllm_sources import WHEELS
+from helpers.vllm_sources import wheel
 from warmstart.vllm.cudagraphs import capture_summary, config_sizes
 from warmstart.vllm.evidence import report_from_log
 from warmstart.vllm.logformats import markers_for
@@ -94,10 +94,7 @@ def test_config_sizes_read_vllms_compilation_config_repr():
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_capture_bars_are_vllms_own_in_every_release(release):
     """The V1 runner's description and the V2 runner's, as each release's wheel writes them."""
-    found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
-    if not found:
-        pytest.skip(f"vllm-{release} wheel not cached in {WHEELS} (tests/vllm/test_releases.py fetches it)")
-    with zipfile.ZipFile(found[0]) as z:
+    with zipfile.ZipFile(wheel(release)) as z:
         v1 = z.read("vllm/v1/worker/gpu_model_runner.py").decode()
         v2 = z.read("vllm/v1/worker/gpu/cudagraph_utils.py").decode()
         runner = z.read("vllm/v1/worker/gpu/model_runner.py").decode()

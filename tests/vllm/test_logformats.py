@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
 from functools import cache
 from pathlib import Path
 
@@ -63,17 +62,6 @@ def test_markers_are_in_the_installed_vllm_source():
     assert len(missing_from(package, [s for s in cuda.markers if s.name in NEW_IN_033])) == len(
         [s for s in cuda.markers if s.name in NEW_IN_033]
     )
-
-
-def test_markers_are_in_vllm_033_source():
-    """Against CUDA vLLM 0.33.0's own source: `pip download vllm==0.33.0 --no-deps`, unzip, and set
-    WARMSTART_VLLM033_SOURCE to the unpacked `vllm` package directory."""
-    source = os.environ.get("WARMSTART_VLLM033_SOURCE")
-    if not source:
-        pytest.skip("WARMSTART_VLLM033_SOURCE not set (the 0.33.0 source is not part of the test environment)")
-    cuda = log_format("0.33.0", "cuda")
-    assert cuda is not None
-    assert missing_from(Path(source), cuda.markers) == []
 
 
 @pytest.mark.parametrize(

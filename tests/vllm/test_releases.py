@@ -1,7 +1,7 @@
 """Each release table holds that release's own strings: checked against the release's wheel from PyPI.
 
-The wheels (about 300 MB each) are downloaded once into a cache outside the repository that CI on
-the same machine reuses: $WARMSTART_VLLM_WHEELS, else ~/.cache/warmstart-tests/vllm/. Only the few
+The wheels (about 300 MB each) are downloaded once (helpers/vllm_sources.py) into a cache outside the
+repository that CI on the same machine reuses: $WARMSTART_VLLM_WHEELS, else ~/.cache/warmstart-tests/vllm/. Only the few
 source files a table names are read out of each wheel (no unpacking), so a cached run takes seconds.
 A release whose wheel is not cached and cannot be downloaded (no registry) is skipped, saying so.
 """
@@ -9,39 +9,14 @@ A release whose wheel is not cached and cannot be downloaded (no registry) is sk
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import zipfile
 from functools import cache
-from pathlib import Path
 
 import pytest
 
-from helpers.vllm_sources import WHEELS, dockerfile
+from helpers.vllm_sources import dockerfile, wheel
 from warmstart.vllm.logformats import EXTERNAL_SOURCES, log_format
 from warmstart.vllm.releases import CUDA_RELEASES, RELEASES, WORDINGS, nearest_release, release_note
-
-# vLLM's CUDA wheels are abi3 manylinux builds; asking for exactly that keeps pip from building anything.
-PLATFORM = ["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_31_x86_64"]
-ABI = ["--python-version", "312", "--implementation", "cp", "--abi", "abi3", "--abi", "cp312", "--only-binary", ":all:"]
-
-
-@cache
-def wheel(release: str) -> Path:
-    found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
-    if found:
-        return found[0]
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", f"vllm=={release}", "--no-deps", *PLATFORM, *ABI, "-d", str(WHEELS)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"vllm=={release}: the package registry did not deliver the wheel within 15 min")
-    found = sorted(WHEELS.glob(f"vllm-{release}-*.whl"))
-    if done.returncode != 0 or not found:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        pytest.skip(f"vllm=={release}: the package registry cannot be reached from here ({tail[0]})")
-    return found[0]
 
 
 @cache
