@@ -189,6 +189,47 @@ def test_too_many_deltas_are_compacted(store, local, monkeypatch):
     assert len(store.load(4).bundles) == 1
 
 
+# What each writer names a file before renaming it into place, where it read (vLLM 0.33, torch 2.13, Triton 3.9).
+LEFT_BY_KILLED_WRITERS = [
+    "inductor/fxgraph/ab/.4242.139872.tmp",  # torch/_inductor/codecache.py write_atomic
+    "vllm/torch_compile_cache/torch_aot_compile/0f/rank_0_0/model.4242.tmp",  # vllm/compilation/decorators.py
+    "vllm/startup_plan/plan.json.tmp.4242",  # vllm/v1/worker/startup_plan.py
+    "flashinfer_autotune/.cache.json.k3x9_a.tmp",  # vllm/.../warmup/flashinfer_autotune_cache.py mkstemp
+    "triton/tmp.pid_4242_1b4e28ba-2fa1-11d2-883f-0016d3cca427/kernel.cubin",  # triton/runtime/cache.py put
+]
+
+
+def test_files_a_killed_writer_left_under_temporary_names_are_never_published(store, local, tmp_path):
+    for rel in LEFT_BY_KILLED_WRITERS:
+        write(local, rel, b"half of it")
+    write(local, "triton/ok/kernel.tmpl", b"a real entry whose name merely looks alike")
+    write(local, "inductor/ok/tmp.json", b"another")
+    result = publish(store, local, publisher="a", lease_wait_s=0)
+    assert result.status == "published"
+    held = set(store.load(result.generation).files)
+    assert not held & set(LEFT_BY_KILLED_WRITERS)
+    assert {"triton/ok/kernel.tmpl", "inductor/ok/tmp.json"} <= held
+    assert held == set(tree(local)) - set(LEFT_BY_KILLED_WRITERS)
+    # Nothing else changed: the leftovers are not "new" either, so no empty generation follows.
+    assert publish(store, local, publisher="a", lease_wait_s=0).status == "nothing_new"
+
+
+def test_a_compaction_drops_temporary_files_an_older_worker_published(store, local, tmp_path, monkeypatch):
+    """Generations written before this rule may hold such files: a full rewrite leaves them out of the union."""
+    monkeypatch.setattr(staged, "is_temporary", lambda path: False)  # an older worker's publish
+    write(local, LEFT_BY_KILLED_WRITERS[0], b"half of it")
+    assert publish(store, local, publisher="old", lease_wait_s=0).generation == 1
+    monkeypatch.undo()
+    other = tmp_path / "worker-b" / "cache"
+    write(other, "triton/b/new.cubin", b"b" * 9)
+    monkeypatch.setattr(staged, "MAX_BUNDLES", 1)
+    result = publish(store, other, publisher="b", lease_wait_s=0)
+    assert result.generation == 2 and len(store.load(2).bundles) == 1, "compacted"
+    held = set(store.load(2).files)
+    assert LEFT_BY_KILLED_WRITERS[0] not in held
+    assert held == set(tree(local)) - {LEFT_BY_KILLED_WRITERS[0]} | {"triton/b/new.cubin"}, "the rest is the union"
+
+
 def test_dry_run_plans_without_writing(store, local):
     plan = plan_publish(store, local)
     assert plan.full and len(plan.files) == 32 and plan.bytes > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -157,6 +158,25 @@ def layer_of(path: str) -> str | None:
         if sub == top:
             return layer
     return None
+
+
+# The names the writers of these caches give a file before renaming it into place. One that is
+# still there was left by a writer killed mid-write (or is about to be renamed): never a cache
+# entry, so never published; once in a generation the union would carry it for ever.
+_TEMPORARY_FILE = re.compile(
+    r"^\..+\.tmp$"  # torch/_inductor/codecache.py write_atomic: f".{os.getpid()}.{threading.get_ident()}.tmp";
+    # vllm/model_executor/warmup/flashinfer_autotune_cache.py: mkstemp(prefix=f".{name}.", suffix=".tmp")
+    r"|\.\d+\.tmp$"  # vllm/compilation/decorators.py: f"{self._aot_compilation_path}.{os.getpid()}.tmp"
+    r"|\.tmp\.\d+$"  # vllm/v1/worker/startup_plan.py: f"{path}.tmp.{os.getpid()}"
+)
+# triton/runtime/cache.py FileCacheManager.put: writes into f"tmp.pid_{pid}_{uuid4()}/", then os.replace
+_TEMPORARY_DIR = re.compile(r"^tmp\.pid_\d+_[0-9a-f-]+$")
+
+
+def is_temporary(path: str) -> bool:
+    """A file a cache's writer had not renamed into place yet (vLLM 0.32/0.33, torch 2.13, Triton 3.9)."""
+    *dirs, name = path.split("/")
+    return bool(_TEMPORARY_FILE.search(name)) or any(_TEMPORARY_DIR.match(d) for d in dirs)
 
 
 def per_layer(paths: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:

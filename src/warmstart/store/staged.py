@@ -60,6 +60,7 @@ from .bundle import (
     StoreError,
     StoreUnavailable,
     gen_name,
+    is_temporary,
     layer_of,
     now,
     per_layer,
@@ -218,11 +219,15 @@ def plan_publish(store: BundleStore, local: Path, *, distrust: Iterable[str] = (
     restore sets both, so a restored file that nobody rewrote is never new)."""
     base, _ = store.latest()
     scan = scan_tree(local)
-    local_files = {p: v for p, v in scan.files.items() if layer_of(p) is not None}
+    local_files = {p: v for p, v in scan.files.items() if layer_of(p) is not None and not is_temporary(p)}
     distrusted = set(distrust)
     if base is None:
         return PublishPlan(None, local_files, True, f"no generation in the {store.kind} store yet")
-    carry = {p: f for p, f in base.files.items() if p not in local_files and f.bundle not in distrusted}
+    carry = {
+        p: f
+        for p, f in base.files.items()
+        if p not in local_files and f.bundle not in distrusted and not is_temporary(p)  # one published before
+    }
     if distrusted & {b.name for b in base.bundles}:
         reason = "the newest generation holds a corrupt bundle: writing it anew"
         return PublishPlan(base, local_files, True, reason, carry)
