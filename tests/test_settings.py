@@ -103,7 +103,12 @@ def test_booleans_follow_vllm_flag_kinds():
     off = {"WARMSTART_FIT_CONCURRENCY": "0"}  # the fit's own flag is tests/vllm/test_concurrency.py's
     assert engine_flag_args(settings(DISABLE_LOG_STATS="0", **off)) == []
     assert engine_flag_args(settings(DISABLE_LOG_STATS="yes", **off)) == ["--disable-log-stats"]
-    assert engine_flag_args(settings(ENFORCE_EAGER="0", **off)) == ["--no-enforce-eager"]
+    # vLLM's default is False: false is unset (tests/helpers/spellings.py: one key, one vLLM hash)
+    assert engine_flag_args(settings(ENFORCE_EAGER="0", **off)) == []
+    assert engine_flag_args(settings(ENFORCE_EAGER="1", **off)) == ["--enforce-eager"]
+    # vLLM's default is None (decided later): --no-... is another configuration
+    assert engine_flag_args(settings(ENABLE_CHUNKED_PREFILL="false", **off)) == ["--no-enable-chunked-prefill"]
+    assert engine_flag_args(settings(ENABLE_PREFIX_CACHING="no", **off)) == ["--no-enable-prefix-caching"]
 
 
 def test_engine_command_binds_loopback_and_appends_extra_args_last():

@@ -37,8 +37,10 @@ SEED_MODES = ("auto", "off")
 class Variable:
     """One environment variable. Engine flags carry `flag`; wrapper settings carry `field`.
 
-    For engine flags, kind "bool" emits `--flag` when true and nothing when false, and
-    "pair_bool" emits `--flag` / `--no-flag` (vLLM's BooleanOptionalAction). `in_key` marks
+    For engine flags, kind "bool" emits `--flag` when true and nothing when false (flags whose
+    vLLM default is False: `false` and unset are then one command line and one key), and
+    "pair_bool" emits `--flag` / `--no-flag` (vLLM's BooleanOptionalAction whose default is
+    None, decided later by vLLM: `--no-flag` is not the same as leaving it). `in_key` marks
     flags that change what torch.compile, Inductor, Triton or the CUDA graphs produce.
     `default` is the value used when the variable is unset (text, parsed like a set value);
     `shown` is what the reference prints instead, where the default is not a plain value.
@@ -347,7 +349,10 @@ ENGINE_FLAGS: tuple[Variable, ...] = (
     _flag("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "int", True, "GPUs each layer is split over"),
     _flag("PIPELINE_PARALLEL_SIZE", "--pipeline-parallel-size", "int", True, "pipeline stages"),
     _flag("DATA_PARALLEL_SIZE", "--data-parallel-size", "int", True, "engine replicas"),
-    _flag("ENFORCE_EAGER", "--enforce-eager", "pair_bool", True, "no torch.compile and no CUDA graphs"),
+    # "bool", not "pair_bool": vLLM's default is False, in 0.32 and 0.33 alike (engine/arg_utils.py
+    # EngineArgs: enforce_eager, enable_lora, trust_remote_code, skip_tokenizer_init, enable_log_requests;
+    # entrypoints/common/cli_args.py, launchers/ in 0.32: enable_auto_tool_choice), so `false` adds nothing.
+    _flag("ENFORCE_EAGER", "--enforce-eager", "bool", True, "no torch.compile and no CUDA graphs"),
     _flag("COMPILATION_CONFIG", "--compilation-config", "json", True, "vLLM's compilation config, JSON"),
     _flag("BLOCK_SIZE", "--block-size", "int", True, "tokens per KV cache block"),
     # vLLM hashes its effect: off, max_num_batched_tokens defaults to max(max_model_len, default).
@@ -359,7 +364,7 @@ ENGINE_FLAGS: tuple[Variable, ...] = (
         "chunked prefill; changes the default `max_num_batched_tokens`, which vLLM hashes",
     ),
     _flag("ATTENTION_BACKEND", "--attention-backend", "str", True, "the attention kernels"),
-    _flag("ENABLE_LORA", "--enable-lora", "pair_bool", True, "serve LoRA adapters"),
+    _flag("ENABLE_LORA", "--enable-lora", "bool", True, "serve LoRA adapters"),
     _flag("MAX_LORAS", "--max-loras", "int", True, "LoRA adapters in one batch"),
     _flag("MAX_LORA_RANK", "--max-lora-rank", "int", True, "the largest LoRA rank"),
     _flag("SPECULATIVE_CONFIG", "--speculative-config", "json", True, "speculative decoding config, JSON"),
@@ -374,7 +379,7 @@ ENGINE_FLAGS: tuple[Variable, ...] = (
     ),
     _flag("HF_OVERRIDES", "--hf-overrides", "json", True, "overrides of the model's Hugging Face config, JSON"),
     # ModelConfig fields that ModelConfig.compute_hash does not ignore (config/model.py).
-    _flag("TRUST_REMOTE_CODE", "--trust-remote-code", "pair_bool", True, "run the model repo's own code"),
+    _flag("TRUST_REMOTE_CODE", "--trust-remote-code", "bool", True, "run the model repo's own code"),
     _flag("MAX_LOGPROBS", "--max-logprobs", "int", True, "most log-probabilities one request may ask for"),
     # 0.33 hashes it for multimodal models (`factors["mm_limit_per_prompt"]`); 0.32 does not.
     _flag(
@@ -392,16 +397,16 @@ ENGINE_FLAGS: tuple[Variable, ...] = (
     _flag("TOKENIZER_NAME", "--tokenizer", "str", False, "a tokenizer other than the model's"),
     _flag("TOKENIZER_REVISION", "--tokenizer-revision", "str", False, "the tokenizer's revision"),
     _flag("TOKENIZER_MODE", "--tokenizer-mode", "str", False, "`auto`, `slow`, `mistral`, ..."),
-    _flag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "pair_bool", False, "no tokenizer: token ids in and out"),
+    _flag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "bool", False, "no tokenizer: token ids in and out"),
     _flag("CUSTOM_CHAT_TEMPLATE", "--chat-template", "str", False, "a chat template, or a path to one"),
-    _flag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "pair_bool", False, "let the model call tools"),
+    _flag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "bool", False, "let the model call tools"),
     _flag("TOOL_CALL_PARSER", "--tool-call-parser", "str", False, "how tool calls are read from the output"),
     _flag("REASONING_PARSER", "--reasoning-parser", "str", False, "how reasoning is read from the output"),
     _flag("LORA_MODULES", "--lora-modules", "str", False, "LoRA adapters to serve (`name=path`)"),
     _flag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False, "weights loaded at once"),
     _flag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False, "`mp` or `ray`"),
     _flag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False, "no periodic throughput lines"),
-    _flag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "pair_bool", False, "one log line per request"),
+    _flag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "bool", False, "one log line per request"),
     _flag("RESPONSE_ROLE", "--response-role", "str", False, "the role of generated chat messages"),
 )
 

@@ -18,6 +18,12 @@ SAME_KEY_GROUPS = {
         {"VLLM_EXTRA_ARGS": "--enforce-eager"},
         {"VLLM_EXTRA_ARGS": "--enforce_eager"},
     ],
+    # vLLM's default for these is False (engine/arg_utils.py): false is the same as unset.
+    "off_by_default": [
+        {},
+        {"ENFORCE_EAGER": "false"},
+        {"ENFORCE_EAGER": "0", "TRUST_REMOTE_CODE": "no", "ENABLE_LORA": "false"},
+    ],
     "max_model_len": [{"MAX_MODEL_LEN": "512"}, {"MAX_MODEL_LEN": "0512"}, {"VLLM_EXTRA_ARGS": "--max-model-len=512"}],
     "max_num_seqs": [
         {"MAX_NUM_SEQS": "4"},
