@@ -5,9 +5,11 @@ The processes themselves (signals, publishes while serving, exit 3, gc) are in t
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
-from warmstart.worker.upkeep import JIT_SETTLE_S, ServingUpkeep, changed
+from helpers.files import write
+from warmstart.worker.upkeep import JIT_SETTLE_S, ServingUpkeep, cache_snapshot, changed
 
 JIT = (
     "(EngineCore_DP0 pid=812) WARNING 05-01 23:11:07 [jit_monitor.py:112] Triton kernel JIT compilation during "
@@ -38,6 +40,18 @@ def test_new_or_rewritten_files_count_removed_ones_do_not():
     assert not changed(before, {"inductor/a.so": (10, 1)})  # a publish adds, it never takes away
     assert changed(before, {**before, "triton/c.cubin": (5, 2)})
     assert changed(before, {**before, "inductor/a.so": (12, 3)})
+
+
+def test_a_writers_temporary_file_is_not_new_a_publish_would_not_take_it(tmp_path: Path):
+    triton = tmp_path / "triton"
+    write(triton, "ab/kernel.cubin", b"k" * 8)
+    boot = SimpleNamespace(plan=SimpleNamespace(cache_dirs=SimpleNamespace(layers=lambda: {"triton": triton})))
+    before = cache_snapshot(boot)  # type: ignore[arg-type]
+    assert before == {"triton/ab/kernel.cubin": (8, (triton / "ab/kernel.cubin").stat().st_mtime_ns)}
+    write(triton, "tmp.pid_4242_1b4e28ba-2fa1-11d2-883f-0016d3cca427/other.cubin", b"half")  # Triton mid-write
+    assert not changed(before, cache_snapshot(boot))  # type: ignore[arg-type]
+    write(triton, "cd/other.cubin", b"o" * 4)
+    assert changed(before, cache_snapshot(boot))  # type: ignore[arg-type]
 
 
 def test_a_jit_warning_is_counted_and_brings_the_next_look_forward():

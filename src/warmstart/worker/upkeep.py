@@ -30,6 +30,7 @@ from typing import Any
 from ..boot import Boot
 from ..report import publish_seconds, staged_layer_counts, staged_summary
 from ..store.booting import write_boot_marker
+from ..store.bundle import is_temporary
 from ..store.tiers import release_leases
 from ..tree import scan_tree
 
@@ -46,11 +47,13 @@ Snapshot = Mapping[str, tuple[int, int]]
 
 
 def cache_snapshot(boot: Boot) -> dict[str, tuple[int, int]]:
-    """Every file of every cache layer with its (size, mtime_ns): what a publish would look at."""
+    """Every file of every cache layer with its (size, mtime_ns): what a publish would look at, so a
+    writer's temporary file (store/bundle.py is_temporary), which no publish takes, is left out."""
     out: dict[str, tuple[int, int]] = {}
     for name, path in boot.plan.cache_dirs.layers().items():
         for rel, stat in scan_tree(path).files.items():
-            out[f"{name}/{rel}"] = stat
+            if not is_temporary(rel):
+                out[f"{name}/{rel}"] = stat
     return out
 
 
