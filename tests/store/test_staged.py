@@ -13,7 +13,8 @@ from helpers.files import tree, write
 from warmstart.store import staged
 from warmstart.store.folder import PublishLease, StagedStore
 from warmstart.store.garbage import collect_garbage
-from warmstart.store.staged import execute_publish, plan_publish, publish, restore
+from warmstart.store.staged import PublishPlan, execute_publish, plan_publish, publish, restore
+from warmstart.tree import scan_tree
 
 
 @pytest.fixture
@@ -216,10 +217,10 @@ def test_files_a_killed_writer_left_under_temporary_names_are_never_published(st
 
 def test_a_compaction_drops_temporary_files_an_older_worker_published(store, local, tmp_path, monkeypatch):
     """Generations written before this rule may hold such files: a full rewrite leaves them out of the union."""
-    monkeypatch.setattr(staged, "is_temporary", lambda path: False)  # an older worker's publish
     write(local, LEFT_BY_KILLED_WRITERS[0], b"half of it")
-    assert publish(store, local, publisher="old", lease_wait_s=0).generation == 1
-    monkeypatch.undo()
+    older = PublishPlan(None, dict(scan_tree(local).files), True, "an older worker's publish")
+    assert execute_publish(store, local, older, publisher="old").generation == 1
+    assert LEFT_BY_KILLED_WRITERS[0] in store.load(1).files
     other = tmp_path / "worker-b" / "cache"
     write(other, "triton/b/new.cubin", b"b" * 9)
     monkeypatch.setattr(staged, "MAX_BUNDLES", 1)
