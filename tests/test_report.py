@@ -10,11 +10,11 @@ from warmstart.plan import BootPlan
 from warmstart.redact import Redactor
 from warmstart.report import BootObservation, build_report, expectation
 from warmstart.settings import from_env
-from warmstart.store.folder import StagedStore
 from warmstart.store.history import BootHistory
 from warmstart.store.layout import VolumeLayout
-from warmstart.store.staged import PublishResult, RestoreResult
+from warmstart.store.publish import PublishResult, RestoreResult
 from warmstart.store.tiers import TierPublish, TierRestore
+from warmstart.store.volume import StagedStore
 from warmstart.vllm.evidence import TreeScan
 
 VOL = Path("/vol")

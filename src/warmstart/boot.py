@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from warmstart.store.backend import step
-from warmstart.store.staged import PublishResult, worker_id
+from warmstart.store.publish import PublishResult, worker_id
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
@@ -30,10 +30,10 @@ from .model import link_model
 from .plan import BootPlan, stage
 from .redact import Redactor
 from .report import BootObservation, build_report, expectation
-from .store.booting import write_boot_marker
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
 from .store.history import BootHistory, KeyStore, now_iso
+from .store.markers import write_boot_marker
 from .store.seed import SeedResult, SeedUse, seed_from, seed_lines, seed_use, sibling_opener
 from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers

@@ -21,10 +21,10 @@ from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings
 from .store.backend import BundleStore
-from .store.folder import StagedStore
 from .store.layout import CacheDirs, VolumeLayout, engine_env
 from .store.placement import place_caches, probe_volume
 from .store.siblings import SeedPlan, plan_seed
+from .store.volume import StagedStore
 from .vllm.argv import last_flag_value
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine
 

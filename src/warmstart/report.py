@@ -23,8 +23,8 @@ from .model import ResolvedModel
 from .plan import BootPlan, model_summary
 from .redact import Redactor
 from .store.history import BootHistory
+from .store.publish import PublishResult
 from .store.seed import SeedResult, SeedUse, seeded_block, seeded_caches, seeded_verdict
-from .store.staged import PublishResult
 from .store.tiers import TierPublish, TierRestore
 from .tree import TreeScan
 from .vllm import evidence

@@ -19,11 +19,11 @@ from helpers.files import tree, write
 from warmstart.s3url import parse_s3_url
 from warmstart.store.backend import GENERATIONS
 from warmstart.store.bundle import gen_name
-from warmstart.store.folder import StagedStore
+from warmstart.store.publish import publish
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
-from warmstart.store.staged import publish
 from warmstart.store.tiers import publish_tier, restore_tiers
+from warmstart.store.volume import StagedStore
 from warmstart_dev.throttle import throttled
 
 MIB = 1024 * 1024

@@ -26,10 +26,10 @@ from helpers.files import tree, write
 from helpers.run import base_env, read_until, run_warmstart
 from warmstart.store.bundle import BundleRef, FileEntry, Generation, StoreError, bundle_name
 from warmstart.store.extract import Ahead, extract_bundle
-from warmstart.store.folder import StagedStore
 from warmstart.store.pack import pack_bundle
-from warmstart.store.staged import execute_publish, plan_publish, restore
-from warmstart.store.staging import clear_leftovers
+from warmstart.store.publish import execute_publish, plan_publish, restore
+from warmstart.store.swap import clear_leftovers
+from warmstart.store.volume import StagedStore
 from warmstart.store.zst import FRAME_RAW, NOTE_FRAME, is_zstd
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -239,8 +239,8 @@ def test_leftovers_of_dead_restores_go_and_a_live_ones_stay(tmp_path):
 RESTORER = """
 import logging, sys
 from pathlib import Path
-from warmstart.store.folder import StagedStore
-from warmstart.store.staged import restore
+from warmstart.store.volume import StagedStore
+from warmstart.store.publish import restore
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 restore(StagedStore(Path(sys.argv[1])), Path(sys.argv[2]), reader="killed")
 """

@@ -10,8 +10,8 @@ import pytest
 from helpers.files import tree, write
 from helpers.run import base_env, run_warmstart
 from warmstart.store.bundle import safe_relpath
-from warmstart.store.folder import StagedStore
-from warmstart.store.staged import publish, restore
+from warmstart.store.publish import publish, restore
+from warmstart.store.volume import StagedStore
 
 
 @pytest.mark.parametrize("bad", ["inductor/a\0b/k.so", "inductor/\udc80/k.so"])

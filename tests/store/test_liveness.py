@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.store.folder import PublishLease, StagedStore
+from warmstart.store.volume import PublishLease, StagedStore
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 
 TRY_ACQUIRE = """
 import sys
 from pathlib import Path
-from warmstart.store.folder import PublishLease, StagedStore
+from warmstart.store.volume import PublishLease, StagedStore
 print(PublishLease(StagedStore(Path(sys.argv[1])), "other-namespace", ttl_s=60).try_acquire())
 """
 
@@ -80,7 +80,7 @@ def test_a_held_lease_is_renewed_while_its_publish_runs(tmp_path):
 LIVE_KEYS = """
 import sys
 from pathlib import Path
-from warmstart.store.booting import live_boot_keys
+from warmstart.store.markers import live_boot_keys
 from warmstart.store.layout import VolumeLayout
 print(sorted(live_boot_keys(VolumeLayout(Path(sys.argv[1]), on_volume=True))))
 """
@@ -88,8 +88,8 @@ print(sorted(live_boot_keys(VolumeLayout(Path(sys.argv[1]), on_volume=True))))
 
 def test_a_boot_marker_is_live_for_a_collector_in_another_pid_namespace(tmp_path):
     """gc in a container sharing the hostname must not take a booting key for abandoned."""
-    from warmstart.store.booting import write_boot_marker
     from warmstart.store.layout import VolumeLayout
+    from warmstart.store.markers import write_boot_marker
 
     write_boot_marker(VolumeLayout(tmp_path, on_volume=True), "key-1", "worker-1", 600)
     result = subprocess.run(
@@ -105,8 +105,8 @@ def test_a_boot_marker_is_live_for_a_collector_in_another_pid_namespace(tmp_path
 def skewed_marker(layout, key: str, worker: str, skew_s: float) -> Path:
     """A boot marker as a host whose clock is `skew_s` off writes it, from another machine (so no
     pid can prove it dead here): its recorded times are off, its file's mtime is the volume's."""
-    from warmstart.store.booting import write_boot_marker
     from warmstart.store.history import read_json, write_json_atomic
+    from warmstart.store.markers import write_boot_marker
 
     marker = write_boot_marker(layout, key, worker, 600)
     data = read_json(marker)
@@ -119,9 +119,9 @@ def skewed_marker(layout, key: str, worker: str, skew_s: float) -> Path:
 def test_a_boot_marker_expires_on_the_volumes_clock_not_the_writers(tmp_path, skew_s):
     """gc keeps a key whose marker is fresh on the volume's clock, whatever its `expires` says,
     and takes one that was not written or renewed for its TTL for dead, whatever `expires` says."""
-    from warmstart.store.booting import live_boot_keys
     from warmstart.store.gc import GcOptions, plan_gc
     from warmstart.store.layout import VolumeLayout
+    from warmstart.store.markers import live_boot_keys
     from warmstart.store.scan import scan_volume
 
     layout = VolumeLayout(tmp_path, on_volume=True)
@@ -143,8 +143,8 @@ def test_the_serving_upkeep_renews_its_marker_on_the_volumes_clock(tmp_path):
     the file's mtime, so a worker that has served past the TTL keeps its key."""
     from types import SimpleNamespace
 
-    from warmstart.store.booting import live_boot_keys
     from warmstart.store.layout import VolumeLayout
+    from warmstart.store.markers import live_boot_keys
     from warmstart.worker.upkeep import MARKER_TTL_S, ServingUpkeep
 
     layout = VolumeLayout(tmp_path, on_volume=True)
@@ -172,9 +172,9 @@ import json, sys, time
 _real = time.time
 time.time = lambda: _real() + float(sys.argv[1])  # this host's clock runs off (the store's does not)
 from pathlib import Path
-from warmstart.store.garbage import collect_garbage
+from warmstart.store.bundlegc import collect_garbage
 if sys.argv[2] == "volume":
-    from warmstart.store.folder import StagedStore
+    from warmstart.store.volume import StagedStore
     store = StagedStore(Path(sys.argv[3]))
 else:
     from warmstart.s3url import parse_s3_url
@@ -197,7 +197,7 @@ def test_a_collector_whose_clock_is_a_day_off_judges_every_age_on_the_stores_clo
     publish wrote a moment ago (not indexed yet) and a generation a fresh reader registration
     protects, and must collect a bundle and a registration that are old on the store's clock."""
     from helpers.files import write
-    from warmstart.store.staged import _register_reader, publish
+    from warmstart.store.publish import _register_reader, publish
 
     if tier == "volume":
         store = StagedStore(tmp_path / "staged")

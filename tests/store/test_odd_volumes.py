@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers.run import MODEL_ID, base_env, paused_env, read_until, run_warmstart, start_warmstart
-from warmstart.store.folder import StagedStore
+from warmstart.store.volume import StagedStore
 from warmstart_dev.slowfs import is_mounted, mounted, unmount
 from warmstart_dev.testmodel import write_test_model
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers.files import tree, write
-from warmstart.store.folder import StagedStore
-from warmstart.store.staged import MAX_BUNDLES, publish, restore
+from warmstart.store.publish import MAX_BUNDLES, publish, restore
+from warmstart.store.volume import StagedStore
 
 
 @pytest.fixture

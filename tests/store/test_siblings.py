@@ -21,8 +21,8 @@ from helpers.run import MODEL_ID, base_env, run_warmstart
 from helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3_env
 from warmstart.explain import explain_current
 from warmstart.s3url import parse_s3_url
-from warmstart.store.folder import StagedStore
 from warmstart.store.layout import VolumeLayout
+from warmstart.store.publish import publish, restore
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
 from warmstart.store.scan import scan_key, scan_volume
@@ -45,7 +45,7 @@ from warmstart.store.siblings import (
     record_key,
     refusal,
 )
-from warmstart.store.staged import publish, restore
+from warmstart.store.volume import StagedStore
 from warmstart_dev.testmodel import write_test_model
 
 CPU = {"kind": "cpu", "name": "x86_64", "capability": "avx512", "count": 1, "features": ["avx512f", "amx"]}

@@ -30,7 +30,7 @@ from warmstart.boot import run_boot
 from warmstart.plan import plan_boot
 from warmstart.redact import Redactor
 from warmstart.settings import from_env
-from warmstart.store.folder import StagedStore
+from warmstart.store.volume import StagedStore
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm

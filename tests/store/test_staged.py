@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from helpers.files import tree, write
-from warmstart.store import staged
-from warmstart.store.folder import PublishLease, StagedStore
-from warmstart.store.garbage import collect_garbage
-from warmstart.store.staged import PublishPlan, execute_publish, plan_publish, publish, restore
+from warmstart.store import publish as staged
+from warmstart.store.bundlegc import collect_garbage
+from warmstart.store.publish import PublishPlan, execute_publish, plan_publish, publish, restore
+from warmstart.store.volume import PublishLease, StagedStore
 from warmstart.tree import scan_tree
 
 

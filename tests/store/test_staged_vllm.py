@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers.run import WARMSTART, base_env, run_warmstart
-from warmstart.store.folder import StagedStore
-from warmstart.store.staged import restore
+from warmstart.store.publish import restore
+from warmstart.store.volume import StagedStore
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm

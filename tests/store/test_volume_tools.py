@@ -24,13 +24,13 @@ from helpers.files import stat_tree
 from helpers.run import WARMSTART, base_env
 from warmstart import explain, predict
 from warmstart.key import CacheKey
-from warmstart.store.booting import write_boot_marker
-from warmstart.store.folder import PublishLease, StagedStore
 from warmstart.store.gc import GcOptions, parse_size, plan_gc
 from warmstart.store.history import KeyStore, read_json, write_json_atomic
 from warmstart.store.layout import VolumeLayout
+from warmstart.store.markers import write_boot_marker
+from warmstart.store.publish import _register_reader, publish, restore
 from warmstart.store.scan import monthly_cost, price_from_env, scan_volume
-from warmstart.store.staged import _register_reader, publish, restore
+from warmstart.store.volume import PublishLease, StagedStore
 from warmstart_dev.testmodel import write_test_model
 
 

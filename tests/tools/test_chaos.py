@@ -6,8 +6,8 @@ import json
 import os
 
 from helpers.files import write
-from warmstart.store.folder import StagedStore
-from warmstart.store.staged import publish
+from warmstart.store.publish import publish
+from warmstart.store.volume import StagedStore
 from warmstart_dev.chaos import bench_chaos, check_round
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from helpers.run import WARMSTART, base_env, engine_pid, group_alive, paused_env, read_until, start_warmstart
 from helpers.worker import Worker
-from warmstart.store.folder import StagedStore
+from warmstart.store.volume import StagedStore
 
 
 def markers(volume: Path) -> list[Path]:

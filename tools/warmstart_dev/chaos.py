@@ -90,9 +90,9 @@ def _records(journal: Path) -> list[dict[str, Any]]:
 
 def _tiers(config: dict[str, Any], endpoint: str, range_size: int = 256 * 1024) -> list[Any]:
     from warmstart.s3url import parse_s3_url
-    from warmstart.store.folder import StagedStore
     from warmstart.store.s3 import S3Store
     from warmstart.store.s3client import make_client
+    from warmstart.store.volume import StagedStore
 
     client = make_client(endpoint, "us-east-1", read_timeout_s=5.0)
     s3 = S3Store(
@@ -108,8 +108,8 @@ def _tiers(config: dict[str, Any], endpoint: str, range_size: int = 256 * 1024) 
 
 def run_worker(config: dict[str, Any]) -> None:
     """One boot's work on the tiers (through the proxy), every step recorded in the journal."""
+    from warmstart.store.bundlegc import collect_garbage
     from warmstart.store.deadline import Deadline, bounded, within
-    from warmstart.store.garbage import collect_garbage
     from warmstart.store.tiers import publish_tiers, restore_tiers
 
     journal = Path(config["journal"])
@@ -323,8 +323,8 @@ def bench_chaos(
 ) -> dict[str, Any]:
     # Everything a worker runs, imported before the first fork: the forked workers of a long run
     # run the code it started with, whatever is edited on disk meanwhile.
+    import warmstart.store.bundlegc
     import warmstart.store.deadline
-    import warmstart.store.garbage
     import warmstart.store.tiers  # noqa: F401
     from warmstart.store.s3client import make_client
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmstart.store.folder import StagedStore
 from warmstart.store.layout import VolumeLayout
+from warmstart.store.volume import StagedStore
 
 from .testmodel import write_test_model
 

@@ -1,6 +1,6 @@
 """Where a key's staged caches live: the interface the staged algorithms are written against.
 
-`store.staged` restores, publishes and collects garbage with one implementation of each;
+`store.publish` restores, publishes and collects garbage with one implementation of each;
 what differs between a folder on the network volume and an S3 prefix is only how a name
 is listed, read, written, created without clobbering, and removed. Names are relative to
 the key's staged root and keep the volume's layout in every store:

@@ -9,7 +9,7 @@ a member's bytes written straight from the chunk that holds them (a member that 
 chunks is written in two parts, each at its offset); per file, four system calls: open,
 pwrite, futimens, close. Nothing is fsynced: files land in a private staging directory
 that becomes the cache only once every bundle of the generation has passed its checks
-(`store.staging`), and every boot restores anew, so a file cut short by a crash is never
+(`store.swap`), and every boot restores anew, so a file cut short by a crash is never
 read as complete.
 
 Checks, as strong for both formats: the SHA-256 and size of the stored bytes (compressed or

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..limits import LEASE_TTL_S
-from .booting import read_boot_markers
 from .layout import VolumeLayout
+from .markers import read_boot_markers
 from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, scan_key
 
 DAY_S = 86400.0
@@ -267,8 +267,8 @@ def _merge_back(old: Path, new: Path) -> bool:
 
 
 def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage | None:
-    from .folder import StagedStore
-    from .garbage import collect_garbage
+    from .bundlegc import collect_garbage
+    from .volume import StagedStore
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():
@@ -289,9 +289,9 @@ def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage 
 
 def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
     """The staged store's own collector, under the key's publish lease (skipped while a publisher holds it)."""
-    from .folder import PublishLease, StagedStore
-    from .garbage import collect_garbage
-    from .staged import worker_id
+    from .bundlegc import collect_garbage
+    from .publish import worker_id
+    from .volume import PublishLease, StagedStore
 
     store = StagedStore(layout.key_dir(key) / "staged")
     if not store.root.is_dir():

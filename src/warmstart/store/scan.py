@@ -7,7 +7,7 @@ It never changes anything, so `warmstart ls` is safe on a volume that workers ar
 damaged entry (an unreadable manifest, a bad history line, a corrupt HF repo) becomes a
 warning on the scan and the scan goes on: one bad key must not hide the others.
 
-Boots in progress are read from their markers (`store.booting`).
+Boots in progress are read from their markers (`store.markers`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 from ..tree import scan_tree
 from .backend import volume_now
-from .booting import BootMarker, read_boot_markers
-from .folder import PublishLease, StagedStore
-from .garbage import registration_live
+from .bundlegc import registration_live
 from .history import parse_boot_lines, read_json
 from .layout import VolumeLayout
+from .markers import BootMarker, read_boot_markers
+from .volume import PublishLease, StagedStore
 
 TRASH_DIR = "trash"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from .backend import READERS, BundleStore, Lease
 from .deadline import Deadline, bounded, within
-from .folder import StagedStore
-from .staged import PublishResult, RestoreResult, publish, restore
+from .publish import PublishResult, RestoreResult, publish, restore
+from .volume import StagedStore
 
 log = logging.getLogger("warmstart")
 

@@ -9,7 +9,7 @@ them again.
 
 One daemon thread. Every `interval_s` (WARMSTART_SERVE_PUBLISH_S), and soon after vLLM's JIT
 warning, it
-- renews the serving marker (warmstart/booting/<worker>.json, state "serving", store/booting.py)
+- renews the serving marker (warmstart/booting/<worker>.json, state "serving", store/markers.py)
   and, hourly, the key's `last_used`;
 - looks for new or changed cache files: a walk of the cache directories that compares (path,
   size, mtime) with what the last publish saw, stat calls only, no reads;
@@ -29,8 +29,8 @@ from typing import Any
 
 from ..boot import Boot
 from ..report import publish_seconds, staged_layer_counts, staged_summary
-from ..store.booting import write_boot_marker
 from ..store.bundle import is_temporary
+from ..store.markers import write_boot_marker
 from ..store.tiers import release_leases
 from ..tree import scan_tree
 

@@ -4,7 +4,7 @@ Writing compilers' thousands of small files straight onto a network volume is sl
 read (a round trip per open and stat) and unsafe when several workers boot cold at once.
 In staged mode a store holds, per key, immutable *bundles* (tar, in zstd frames) and *generations*
 (JSON indexes naming the bundles and every file in them); the format is `store.bundle`.
-On the volume (`store.folder`):
+On the volume (`store.volume`):
 
     <key_dir>/staged/
         bundles/<sha256 prefix>-<id>.tar.zst  (.tar: plain) written as .tmp-*, verified, then renamed
@@ -65,11 +65,11 @@ from .bundle import (
     now,
     per_layer,
 )
+from .bundlegc import collect_garbage
 from .deadline import Deadline
 from .extract import extract_bundle
-from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
-from .staging import clear_leftovers, replace_cache
+from .swap import clear_leftovers, replace_cache
 
 log = logging.getLogger("warmstart")
 
