@@ -12,7 +12,8 @@ from warmstart.report import BootObservation, build_report, expectation
 from warmstart.settings import from_env
 from warmstart.store.history import BootHistory
 from warmstart.store.layout import VolumeLayout
-from warmstart.store.publish import PublishResult, RestoreResult
+from warmstart.store.publish import PublishResult
+from warmstart.store.restore import RestoreResult
 from warmstart.store.tiers import TierPublish, TierRestore
 from warmstart.store.volume import StagedStore
 from warmstart.vllm.evidence import TreeScan

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from warmstart.store.backend import step
-from warmstart.store.publish import PublishResult, worker_id
+from warmstart.store.backend import step, worker_id
+from warmstart.store.publish import PublishResult
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 

@@ -27,7 +27,8 @@ from helpers.run import base_env, read_until, run_warmstart
 from warmstart.store.bundle import BundleRef, FileEntry, Generation, StoreError, bundle_name
 from warmstart.store.extract import Ahead, extract_bundle
 from warmstart.store.pack import pack_bundle
-from warmstart.store.publish import execute_publish, plan_publish, restore
+from warmstart.store.publish import execute_publish, plan_publish
+from warmstart.store.restore import restore
 from warmstart.store.swap import clear_leftovers
 from warmstart.store.volume import StagedStore
 from warmstart.store.zst import FRAME_RAW, NOTE_FRAME, is_zstd
@@ -240,7 +241,7 @@ RESTORER = """
 import logging, sys
 from pathlib import Path
 from warmstart.store.volume import StagedStore
-from warmstart.store.publish import restore
+from warmstart.store.restore import restore
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 restore(StagedStore(Path(sys.argv[1])), Path(sys.argv[2]), reader="killed")
 """

@@ -10,7 +10,8 @@ import pytest
 from helpers.files import tree, write
 from helpers.run import base_env, run_warmstart
 from warmstart.store.bundle import safe_relpath
-from warmstart.store.publish import publish, restore
+from warmstart.store.publish import publish
+from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
 
 

@@ -197,7 +197,8 @@ def test_a_collector_whose_clock_is_a_day_off_judges_every_age_on_the_stores_clo
     publish wrote a moment ago (not indexed yet) and a generation a fresh reader registration
     protects, and must collect a bundle and a registration that are old on the store's clock."""
     from helpers.files import write
-    from warmstart.store.publish import _register_reader, publish
+    from warmstart.store.publish import publish
+    from warmstart.store.restore import _register_reader
 
     if tier == "volume":
         store = StagedStore(tmp_path / "staged")

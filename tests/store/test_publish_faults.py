@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers.files import tree, write
-from warmstart.store.publish import MAX_BUNDLES, publish, restore
+from warmstart.store.publish import MAX_BUNDLES, publish
+from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
 
 

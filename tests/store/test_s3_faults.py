@@ -20,7 +20,8 @@ from helpers.run import base_env, run_warmstart
 from helpers.s3_server import s3_env
 from warmstart.s3url import parse_s3_url
 from warmstart.store.bundlegc import collect_garbage
-from warmstart.store.publish import publish, restore
+from warmstart.store.publish import publish
+from warmstart.store.restore import restore
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
 from warmstart_dev.throttle import throttled

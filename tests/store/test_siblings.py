@@ -22,7 +22,8 @@ from helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3_env
 from warmstart.explain import explain_current
 from warmstart.s3url import parse_s3_url
 from warmstart.store.layout import VolumeLayout
-from warmstart.store.publish import publish, restore
+from warmstart.store.publish import publish
+from warmstart.store.restore import restore
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
 from warmstart.store.scan import scan_key, scan_volume

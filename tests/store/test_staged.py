@@ -12,7 +12,8 @@ import pytest
 from helpers.files import tree, write
 from warmstart.store import publish as staged
 from warmstart.store.bundlegc import collect_garbage
-from warmstart.store.publish import PublishPlan, execute_publish, plan_publish, publish, restore
+from warmstart.store.publish import PublishPlan, execute_publish, plan_publish, publish
+from warmstart.store.restore import restore
 from warmstart.store.volume import PublishLease, StagedStore
 from warmstart.tree import scan_tree
 

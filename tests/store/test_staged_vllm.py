@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers.run import WARMSTART, base_env, run_warmstart
-from warmstart.store.publish import restore
+from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
 from warmstart_dev.testmodel import write_test_model
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers.run import base_env, group_alive, paused_env, read_until, run_warmstart, start_warmstart
-from warmstart.store.publish import publish, restore
+from warmstart.store.publish import publish
+from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
 from warmstart_dev.slowfs import is_mounted, mounted
 from warmstart_dev.testmodel import write_test_model

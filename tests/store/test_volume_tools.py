@@ -28,7 +28,8 @@ from warmstart.store.gc import GcOptions, parse_size, plan_gc
 from warmstart.store.history import KeyStore, read_json, write_json_atomic
 from warmstart.store.layout import VolumeLayout
 from warmstart.store.markers import write_boot_marker
-from warmstart.store.publish import _register_reader, publish, restore
+from warmstart.store.publish import publish
+from warmstart.store.restore import _register_reader, restore
 from warmstart.store.scan import monthly_cost, price_from_env, scan_volume
 from warmstart.store.volume import PublishLease, StagedStore
 from warmstart_dev.testmodel import write_test_model

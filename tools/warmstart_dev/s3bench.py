@@ -10,7 +10,7 @@ proxy's, which are its children):
 
     sequential_s         one GET stream of one object of the same bytes: the link's own time
     tar_s, zstd_s        warmstart's restore from the S3 tier of tar bundles, and of zstd ones:
-                         bundles by parallel ranged GETs, hashed, extracted (store.publish.restore
+                         bundles by parallel ranged GETs, hashed, extracted (store.restore.restore
                          on store.s3.S3Store)
     per_file_s           a mirror of the tree, one GET per file after listing it, one at a time (once)
     per_file_parallel_s  the same with 10 requests in flight (the AWS CLI's default for `cp --recursive`)
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from warmstart.s3url import parse_s3_url
-from warmstart.store.publish import execute_publish, plan_publish, restore
+from warmstart.store.publish import execute_publish, plan_publish
+from warmstart.store.restore import restore
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
 

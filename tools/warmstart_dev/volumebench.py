@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from warmstart.store.bundle import READ_STREAMS, file_ranges
-from warmstart.store.publish import execute_publish, plan_publish, restore
+from warmstart.store.publish import execute_publish, plan_publish
+from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
 from warmstart.weights import fs_type
 

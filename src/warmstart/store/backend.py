@@ -1,6 +1,6 @@
 """Where a key's staged caches live: the interface the staged algorithms are written against.
 
-`store.publish` restores, publishes and collects garbage with one implementation of each;
+`store.restore`, `store.publish` and `store.bundlegc` are written once against it;
 what differs between a folder on the network volume and an S3 prefix is only how a name
 is listed, read, written, created without clobbering, and removed. Names are relative to
 the key's staged root and keep the volume's layout in every store:
@@ -20,6 +20,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,11 @@ def step(name: str) -> None:
             time.sleep(0.05)
 
 
+def worker_id() -> str:
+    """This process, as a reader, publisher or lease holder names itself on a store."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
 def machine_id() -> str:
     """This kernel and pid namespace: where a pid names one process. Containers sharing a
     hostname (host networking) or a machine have other pid namespaces; another machine has
@@ -70,8 +76,6 @@ def volume_now(directory: Path) -> float | None:
     """Now on the volume's clock: the mtime of a file created in `directory` this moment (a
     network file system's server sets it; a local disk's is this machine's clock). None where
     nothing can be created there (a read-only volume, a missing directory)."""
-    import uuid
-
     clock = directory / f".clock-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         os.close(os.open(clock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))

@@ -289,8 +289,8 @@ def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage 
 
 def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
     """The staged store's own collector, under the key's publish lease (skipped while a publisher holds it)."""
+    from .backend import worker_id
     from .bundlegc import collect_garbage
-    from .publish import worker_id
     from .volume import PublishLease, StagedStore
 
     store = StagedStore(layout.key_dir(key) / "staged")

@@ -1,7 +1,7 @@
 """Seeding: restore a sibling key's shareable layers into a key that has no generation of its own,
 then tell what the boot did with them.
 
-The restore is `store.publish.restore` itself, run on a view of the sibling's store whose
+The restore is `store.restore.restore` itself, run on a view of the sibling's store whose
 generations list only the shareable layers' files (`layer_view`): the same streaming, checksums,
 reader registration (the sibling's bundles are not collected meanwhile) and fallback to an older
 generation. Every restored file gets its entry's mtime as both mtime and atime, so a file whose
@@ -26,7 +26,7 @@ from typing import Any
 from ..tree import scan_tree
 from .backend import BundleStore
 from .bundle import Generation, StoreError, layer_of
-from .publish import RestoreResult
+from .restore import RestoreResult
 from .siblings import SeedPlan, SeedSource, sibling_store
 from .tiers import restore_within
 from .volume import StagedStore

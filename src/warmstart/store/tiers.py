@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .backend import READERS, BundleStore, Lease
 from .deadline import Deadline, bounded, within
-from .publish import PublishResult, RestoreResult, publish, restore
+from .publish import PublishResult, publish
+from .restore import RestoreResult, restore
 from .volume import StagedStore
 
 log = logging.getLogger("warmstart")

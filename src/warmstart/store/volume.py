@@ -6,7 +6,7 @@
         readers/<reader>.json               a restore in progress (protects its bundles)
         publish.lease                       who may publish now, until when (created exclusively)
 
-The algorithms over any store (restore, publish, garbage collection) are `store.publish`'s;
+The algorithms over any store are `store.restore`, `store.publish` and `store.bundlegc`;
 this module is only how a folder lists, reads, writes and creates those names safely.
 """
 
