@@ -62,6 +62,24 @@ def test_the_image_wheel_holds_no_dev_tool(image_wheel):
     assert "warmstart-dev" not in scripts and "warmstart = warmstart.cli:main" in scripts
 
 
+def test_the_image_wheel_ships_the_flag_table_and_the_installed_package_reads_it(image_wheel, tmp_path):
+    """vLLM's option table is package data (vllm/flagtypes.json): a wheel without it would fail at import."""
+    assert "warmstart/vllm/flagtypes.json" in zipfile.ZipFile(image_wheel).namelist()
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(image_wheel)], check=True, timeout=300)
+    probe = "import warmstart.vllm.flagtypes as t; print(t.__file__, len(t.FLAGS), t.FLAGS['--max-num-seqs'].kind)"
+    read = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {probe}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert read.returncode == 0, read.stderr
+    where, rows, kind = read.stdout.split()
+    assert where.startswith(str(target)) and int(rows) > 100 and kind == "int"
+
+
 def test_warmstart_help_names_only_what_a_user_of_the_image_needs():
     result = subprocess.run([WARMSTART, "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -1,12 +1,13 @@
-"""The committed table of vLLM's options (warmstart/vllm/flagtypes.py) is what the installed vLLM's parser says.
+"""The committed table of vLLM's options (warmstart/vllm/flagtypes.json) is what the installed vLLM's parser says.
 
 The key reads flag values the way vLLM's parser converts them (vllm/argvalues.py) from that
 table; a vLLM whose parser changed must regenerate it:
-`.vllm-venv/bin/python tools/warmstart_dev/flagtable.py src/warmstart/vllm/flagtypes.py`.
+`.vllm-venv/bin/python tools/warmstart_dev/flagtable.py src/warmstart/vllm/flagtypes.json`.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -26,8 +27,9 @@ def test_the_committed_table_is_the_installed_vllms(vllm_python, tmp_path):
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    committed = (REPO / "src" / "warmstart" / "vllm" / "flagtypes.py").read_text()
-    assert run.stdout == committed, "vLLM's parser changed: regenerate src/warmstart/vllm/flagtypes.py"
+    committed = (REPO / "src" / "warmstart" / "vllm" / "flagtypes.json").read_text()
+    assert run.stdout == committed, "vLLM's parser changed: regenerate src/warmstart/vllm/flagtypes.json"
+    assert flagtypes.load(json.loads(run.stdout)) == (flagtypes.VLLM_VERSION, flagtypes.FLAGS)
 
 
 def test_the_kinds_the_key_relies_on():

@@ -1,6 +1,10 @@
-"""Writes src/warmstart/vllm/flagtypes.py from vLLM's own `vllm serve` parser. Runs in vLLM's interpreter.
+"""Writes src/warmstart/vllm/flagtypes.json from vLLM's own `vllm serve` parser. Runs in vLLM's interpreter.
 
-    .vllm-venv/bin/python tools/warmstart_dev/flagtable.py src/warmstart/vllm/flagtypes.py
+    .vllm-venv/bin/python tools/warmstart_dev/flagtable.py src/warmstart/vllm/flagtypes.json
+
+The table is data (JSON, package data beside its loader `warmstart/vllm/flagtypes.py`), one
+row a line so that a vLLM upgrade reads as a diff of rows; it grows with vLLM's parser, and a
+module's line cap must not split it.
 
 The wrapper never imports vLLM, yet the cache key must read a value the way vLLM does
 (`--max-model-len 0512` is 512, `--enforce-eager` is True, `--max-num-seqs=4` is
@@ -89,26 +93,23 @@ def table() -> tuple[str, dict[str, tuple[str, str, str, bool]]]:
 
 
 def render(version: str, rows: dict[str, tuple[str, str, str, bool]]) -> str:
+    """The JSON document, one row a line (json.dumps of each part: valid JSON, stable diffs)."""
+    about = (
+        "vLLM's `vllm serve` options: the dest each sets, its kind, its word count. Generated: do not edit. "
+        f"Written by tools/warmstart_dev/flagtable.py in vLLM's own interpreter from its parser (`make_arg_parser`, "
+        f"vLLM {version}); tests/vllm/test_flagtypes.py regenerates it and compares. Each row: option -> "
+        "[dest, kind, nargs, append]. kind: int, float, json, true, false or str; nargs: none, one or many; "
+        "append: repeated occurrences add up instead of the last winning."
+    )
     lines = [
-        '"""vLLM\'s `vllm serve` options: the dest each sets, its kind, its word count. Generated: do not edit.',
-        "",
-        "Written by tools/warmstart_dev/flagtable.py in vLLM's own interpreter from its parser",
-        f"(`make_arg_parser`, vLLM {version}); tests/vllm/test_flagtypes.py regenerates it and compares.",
-        "Each row: option -> (dest, kind, nargs, append). kind: int, float, json, true, false or str;",
-        'nargs: "none", "one" or "many"; append: repeated occurrences add up instead of the last winning.',
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        f"VLLM_VERSION = {json.dumps(version)}",
-        "",
-        "FLAGS: dict[str, tuple[str, str, str, bool]] = {",
+        "{",
+        f'  "about": {json.dumps(about)},',
+        f'  "vllm_version": {json.dumps(version)},',
+        '  "columns": ["dest", "kind", "nargs", "append"],',
+        '  "flags": {',
     ]
-    lines += [
-        f"    {json.dumps(k)}: ({json.dumps(d)}, {json.dumps(t)}, {json.dumps(n)}, {a}),"
-        for k, (d, t, n, a) in rows.items()
-    ]
-    lines += ["}", ""]
+    body = [f"    {json.dumps(option)}: {json.dumps(list(row))}" for option, row in rows.items()]
+    lines += [",\n".join(body), "  }", "}", ""]
     return "\n".join(lines)
 
 

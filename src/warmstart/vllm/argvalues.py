@@ -6,7 +6,7 @@ and `--max-num-seqs=4` all set `max_num_seqs = 4`; `--max-model-len 0512` is 512
 `-tp 2` is `--tensor-parallel-size 2`; two JSON texts of one object are one value. So the key
 holds `{dest: value}`, the argparse attributes the argv sets, with each value converted the
 way its flag's type converts it. Which dest and type a flag has comes from vLLM's own parser
-(flagtypes.py, generated in vLLM's interpreter); a flag that table does not know (a newer
+(flagtypes.json, generated in vLLM's interpreter); a flag that table does not know (a newer
 vLLM's) keeps its words as written, every occurrence: a needless cold boot is cheaper than a
 wrong hit. Conversions only where they are exact: an int is converted only when it is
 decimal digits, a float only when Python's float() reads it as the parser's float() does,
