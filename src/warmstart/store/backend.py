@@ -24,9 +24,12 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from .bundle import BundleRef, Generation, StoreError, gen_name
+
+Tier = Literal["volume", "s3"]  # a staged store's kind: where a restore came from, in logs and reports
+Compression = Literal["zstd", "none"]  # how a store's new bundles are written (`store.zst`)
 
 GENERATIONS = "generations"
 BUNDLES = "bundles"
@@ -200,10 +203,10 @@ class BundleWriter(ABC):
 
 
 class BundleStore(ABC):
-    """One key's staged store. Subclasses: `folder.StagedStore` (a folder), `s3.S3Store`."""
+    """One key's staged store. Subclasses: `volume.StagedStore` (a folder), `s3.S3Store`."""
 
-    kind: str = "store"  # "volume" or "s3": where a restore came from, in logs and reports
-    compression: str = "zstd"  # how this store's new bundles are written: "zstd" or "none" (`store.zst`)
+    kind: Tier  # each subclass's
+    compression: Compression = "zstd"  # how this store's new bundles are written
 
     @property
     @abstractmethod

@@ -21,12 +21,14 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from .backend import machine_id, process_gone, volume_now
 from .history import read_json, write_json_atomic
 from .layout import VolumeLayout
 
 BOOTING_DIR = "booting"
+MarkerState = Literal["booting", "serving"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class BootMarker:
     host: str
     pid: int
     expires: float
-    state: str = "booting"  # or "serving"
+    state: MarkerState = "booting"
     machine: str = ""  # backend.machine_id() of the writer: boot id and pid namespace
     ttl_s: float | None = None  # None: a marker written before its TTL was recorded
     age_s: float | None = None  # since it was written or renewed, on the volume's clock, when read
@@ -67,7 +69,7 @@ def write_boot_marker(
     *,
     model: str | None = None,
     revision: str | None = None,
-    state: str = "booting",
+    state: MarkerState = "booting",
 ) -> Path:
     """Say on the volume that `worker` is booting (or serving) `key` (from that model snapshot)
     until `ttl_s` from now. Atomic: a half-written marker would protect nothing."""
@@ -100,7 +102,7 @@ def read_boot_markers(layout: VolumeLayout, warnings: list[str] | None = None) -
                     str(data["host"]),
                     int(data["pid"]),
                     float(data["expires"]),
-                    str(data.get("state") or "booting"),
+                    "serving" if data.get("state") == "serving" else "booting",
                     str(data.get("machine", "")),
                     float(ttl) if isinstance(ttl, (int, float)) else None,
                     _age(directory / name, t),

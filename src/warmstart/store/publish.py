@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from ..limits import LEASE_TTL_S
 from ..tree import scan_tree
@@ -108,9 +109,12 @@ def _other_bytes(path: Path, stat: tuple[int, int], entry: FileEntry) -> bool:
     return file_sha256(path) != entry.sha256
 
 
+PublishStatus = Literal["published", "nothing_new", "skipped", "failed"]
+
+
 @dataclass(frozen=True)
 class PublishResult:
-    status: str  # published | nothing_new | skipped | failed
+    status: PublishStatus
     generation: int | None = None
     files: int = 0
     bytes: int = 0

@@ -32,8 +32,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from .backend import GENERATIONS, READERS, BundleStore, step
+from .backend import GENERATIONS, READERS, BundleStore, Tier, step
 from .bundle import Generation, StoreError, StoreUnavailable, gen_name, now, per_layer
 from .deadline import Deadline
 from .extract import extract_bundle
@@ -51,7 +52,7 @@ class RestoreResult:
     per_layer: Mapping[str, tuple[int, int]]  # layer -> (files, bytes)
     problems: tuple[str, ...] = ()  # corrupt generations or bundles that were skipped
     bad_bundles: tuple[str, ...] = ()  # never to be referenced again by a publish
-    source: str = ""  # the store's kind ("volume", "s3") it came from
+    source: Tier | Literal[""] = ""  # the store it came from ("": none, a result made by hand)
     unavailable: bool = False  # the store could not be reached: nothing is known about it
 
     @property

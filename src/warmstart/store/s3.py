@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..s3url import S3Url, parse_s3_url
-from .backend import GENERATIONS, LEASE, BundleStore, BundleWriter, Lease, lease_expired, lease_payload
+from .backend import GENERATIONS, LEASE, BundleStore, BundleWriter, Compression, Lease, lease_expired, lease_payload
 from .bundle import CHUNK, BundleRef, StoreError, StoreUnavailable, bundle_name, gen_name
 from .s3client import (
     GET_WORKERS,
@@ -67,7 +67,7 @@ PROBE = ".warmstart-conditional-probe"
 class S3Store(BundleStore):
     """One key's staged store under `<url>/keys/<key>/staged/`."""
 
-    kind = "s3"
+    kind = "s3"  # a Tier
 
     def __init__(
         self,
@@ -82,7 +82,7 @@ class S3Store(BundleStore):
         range_size: int = RANGE_SIZE,
         get_workers: int = GET_WORKERS,
         lease_settle_s: float = LEASE_SETTLE_S,
-        compression: str = "zstd",
+        compression: Compression = "zstd",
     ) -> None:
         self.client = client
         self.url = url
@@ -429,7 +429,13 @@ def _age_on_store_clock(response: dict[str, Any]) -> float | None:
 
 
 def open_store(
-    url: str, endpoint_url: str | None, region: str | None, key: str, *, spool_dir: Path, compression: str = "zstd"
+    url: str,
+    endpoint_url: str | None,
+    region: str | None,
+    key: str,
+    *,
+    spool_dir: Path,
+    compression: Compression = "zstd",
 ) -> S3Store:
     """The S3 tier for one key, from the settings (no request is made yet)."""
     spool_dir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..tree import scan_tree
 from .backend import volume_now
@@ -27,6 +27,7 @@ from .layout import VolumeLayout
 from .markers import BootMarker, read_boot_markers
 from .volume import PublishLease, StagedStore
 
+CacheMode = Literal["staged", "direct"]  # WARMSTART_CACHE_MODE
 TRASH_DIR = "trash"
 
 
@@ -76,7 +77,7 @@ class KeyInfo:
     revision: str | None
     hardware: str | None
     vllm: str | None
-    mode: str | None  # staged | direct | None (never booted to a report)
+    mode: CacheMode | None  # None: never booted to a report, and no cache of either mode
     factors: Mapping[str, Any]
     bytes_by_kind: Mapping[str, int]  # bundles, generations, cache, records, other
     generations: int
@@ -233,7 +234,10 @@ def scan_key(
     if name in set(booting):
         in_use.append("a boot of this key is in progress, or a worker serves it")
     in_use += _staged_in_use(path)
-    mode = last_report.get("mode") or ("staged" if (path / "staged").is_dir() else None)
+    reported = last_report.get("mode")
+    mode: CacheMode | None = reported if reported in ("staged", "direct") else None
+    if mode is None and (path / "staged").is_dir():
+        mode = "staged"
     if mode is None and (path / "cache").is_dir():
         mode = "direct"
     return KeyInfo(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..vllm.evidence import flatten
-from .backend import GENERATIONS, BundleStore
+from .backend import GENERATIONS, BundleStore, Tier
 from .bundle import StoreError, parse_gen_name
 from .deadline import Deadline, within
 from .history import parse_boot_lines, read_json
@@ -87,7 +87,7 @@ class Sibling:
 
     key: str
     factors: Mapping[str, Any]
-    tier: str  # "volume" or "s3"
+    tier: Tier
     generations: int
     last_used: str = ""
     cold_compile_s: float | None = None  # its newest cold boot's compile phase
@@ -96,7 +96,7 @@ class Sibling:
 @dataclass(frozen=True)
 class SeedSource:
     key: str
-    tier: str
+    tier: Tier
     differs: Mapping[str, list[Any]]  # dotted factor -> [sibling's, this key's]
     cold_compile_s: float | None = None
 

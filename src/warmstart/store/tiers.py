@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backend import READERS, BundleStore, Lease
+from .backend import READERS, BundleStore, Lease, Tier
 from .deadline import Deadline, bounded, within
 from .publish import PublishResult, publish
 from .restore import RestoreResult, restore
@@ -34,7 +34,7 @@ class TierRestore:
 
     result: RestoreResult | None = None
     problems: tuple[str, ...] = ()  # every tier's, prefixed with the tier
-    bad_bundles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # tier kind -> never reference again
+    bad_bundles: Mapping[Tier, tuple[str, ...]] = field(default_factory=dict)  # never to be referenced again
 
     @property
     def restored(self) -> bool:
@@ -130,13 +130,13 @@ def restore_within(
 class TierPublish:
     """One publish result per tier, in the tiers' order (nearest first)."""
 
-    kinds: tuple[str, ...] = ()  # each tier's kind ("volume", "s3"): one tier of each at most
+    kinds: tuple[Tier, ...] = ()  # one tier of each kind at most
     results: tuple[PublishResult, ...] = ()
 
     def items(self) -> tuple[tuple[str, PublishResult], ...]:
         return tuple(zip(self.kinds, self.results, strict=True))
 
-    def of(self, kind: str) -> PublishResult | None:
+    def of(self, kind: Tier) -> PublishResult | None:
         """The result of the tier of `kind`, if this boot published to one."""
         return dict(self.items()).get(kind)
 

@@ -29,6 +29,7 @@ from .backend import (
     READERS,
     BundleStore,
     BundleWriter,
+    Compression,
     Lease,
     lease_expired,
     lease_payload,
@@ -57,8 +58,8 @@ class StagedStore(BundleStore):
     """The staged part of one key's directory on the volume."""
 
     root: Path
-    compression: str = "zstd"  # new bundles: "zstd" frames or "none" (plain tar)
-    kind = "volume"
+    compression: Compression = "zstd"  # new bundles: zstd frames or a plain tar
+    kind = "volume"  # a Tier: a class attribute, not a dataclass field
 
     @property
     def location(self) -> str:
