@@ -520,7 +520,7 @@ def test_predict_leaves_out_boots_seeded_from_a_sibling(volume3):
 
 def test_gc_killed_halfway_through_deleting_a_key_leaves_no_half_key(volume3, tmp_path, monkeypatch):
     layout, keys, _ = volume3
-    import warmstart.store.gc as gc_module
+    import warmstart.store.trash as trash_module
 
     def killed_rmtree(path, ignore_errors=False):  # deletes some files, then the process dies
         files = sorted(p for p in Path(path).rglob("*") if p.is_file())
@@ -529,7 +529,7 @@ def test_gc_killed_halfway_through_deleting_a_key_leaves_no_half_key(volume3, tm
         raise Killed(str(path))
 
     plan = plan_gc(scan_volume(layout), GcOptions(keep_last=1))
-    monkeypatch.setattr(gc_module.shutil, "rmtree", killed_rmtree)
+    monkeypatch.setattr(trash_module.shutil, "rmtree", killed_rmtree)
     with pytest.raises(Killed):
         plan.execute()
     monkeypatch.undo()

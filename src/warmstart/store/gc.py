@@ -11,17 +11,12 @@ Order, so that the volume is consistent after every step (a gc killed anywhere l
 volume the next boot and the next `ls` read without error):
 
 1. Leftovers of an earlier, killed gc under `warmstart/trash/` are deleted.
-2. Each key is moved out of `warmstart/keys/` in one `rename()` into `warmstart/trash/`: a
-   key is either wholly present or gone, never half-deleted where a boot could find it.
-   Then the in-use checks run again; a boot that started between the plan and the rename
-   (its marker is outside the key directory, so the rename cannot hide it) gets its key
-   renamed back. Only then is the trashed copy deleted. Where the rename back fails (the boot
-   made a fresh directory for the key meanwhile), what the fresh one lacks is moved into it
-   (bundles before the generations that name them) and the rest is kept under
-   `warmstart/trash/kept-*`: a failed rename back never deletes.
+2. Each key is moved out of `warmstart/keys/` in one `rename()` into `warmstart/trash/`, checked
+   again, and deleted only if still unused, else given back (`store.trash`): a key is either
+   wholly present or gone, never half-deleted where a boot could find it.
 3. HF snapshots go through huggingface_hub's `DeleteCacheStrategy`, which removes snapshot
    links and refs before the blobs they point to.
-4. Kept staged keys get the staged store's own garbage collection (old generations first,
+4. Kept staged keys get the staged store's own garbage collection (`store.bundlegc`: old generations first,
    then unreferenced bundles) under the key's publish lease, which publishers also take.
 5. Expired boot markers are removed.
 
@@ -32,20 +27,17 @@ confirmation prompt and removes only what was confirmed and is still unused (`pl
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from ..limits import LEASE_TTL_S
 from .layout import VolumeLayout
 from .markers import read_boot_markers
-from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, scan_key
+from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan
+from .trash import LATE, empty_trash, remove_key
 
 DAY_S = 86400.0
 
@@ -163,10 +155,10 @@ class GcPlan:
                 return None
 
         step("trash")
-        alone("emptying the trash", lambda: _empty_trash(trash))
+        alone("emptying the trash", lambda: empty_trash(trash))
         for key in self.remove_keys:
             step(f"key {key.name}")
-            outcome = alone(f"key {key.name}", lambda key=key: _remove_key(self.layout, key, trash, step))
+            outcome = alone(f"key {key.name}", lambda key=key: remove_key(self.layout, key, trash, step))
             if outcome is True:
                 removed.append(key.name)
             elif outcome is not None:
@@ -205,65 +197,6 @@ class GcResult:
         if self.errors:
             data["errors"] = list(self.errors)
         return data
-
-
-def _empty_trash(trash: Path) -> None:
-    try:
-        names = os.listdir(trash)
-    except FileNotFoundError:
-        return
-    for name in names:
-        if not name.startswith(KEPT_PREFIX):
-            shutil.rmtree(trash / name, ignore_errors=True)
-
-
-LATE = "a boot, publish or restore of this key started while gc ran"
-KEPT_PREFIX = "kept-"  # in the trash: what could not be moved back into a key; never emptied by gc
-
-
-def _remove_key(layout: VolumeLayout, key: KeyInfo, trash: Path, step: Callable[[str], None]) -> bool | str:
-    """Rename the key aside, re-check that nobody started using it, then delete it. True when
-    deleted; else why it stays (False: someone else removed it already)."""
-    source = layout.keys_dir / key.name
-    trash.mkdir(parents=True, exist_ok=True)
-    target = trash / f"{key.name}.{uuid.uuid4().hex[:8]}"
-    try:
-        os.rename(source, target)
-    except FileNotFoundError:
-        return False  # someone else removed it
-    step(f"recheck {key.name}")
-    booting = {m.key for m in read_boot_markers(layout) if m.live()}
-    again = scan_key(target, booting, [], time.time(), name=key.name)
-    if again.in_use:
-        try:
-            os.rename(target, source)
-        except OSError:
-            # The boot already made a fresh directory for the key: give it back what it lacks.
-            if not _merge_back(target, source):
-                kept = trash / f"{KEPT_PREFIX}{target.name}"
-                os.rename(target, kept)
-                return f"{LATE}; what its fresh directory already had is kept in {kept}"
-        return LATE
-    step(f"delete {key.name}")
-    shutil.rmtree(target, ignore_errors=True)
-    return True
-
-
-def _merge_back(old: Path, new: Path) -> bool:
-    """Move into `new` every entry of `old` that `new` lacks, directories merged the same way, in
-    name order (a staged store's bundles/ before the generations/ that name them). True when `old`
-    was emptied (and removed); what is in both stays in `old`."""
-    for entry in sorted(os.listdir(old)):
-        src, dst = old / entry, new / entry
-        if not os.path.lexists(dst):
-            os.rename(src, dst)
-        elif src.is_dir() and not src.is_symlink() and dst.is_dir() and not dst.is_symlink():
-            _merge_back(src, dst)
-    try:
-        old.rmdir()
-    except OSError:
-        return False
-    return True
 
 
 def _staged_plan(layout: VolumeLayout, key: str, ttl_s: float) -> StagedGarbage | None:

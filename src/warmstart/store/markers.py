@@ -6,7 +6,7 @@ A boot writes `<volume>/warmstart/booting/<worker>.json` (`{"key", "host", "pid"
 its report is recorded and renews it while it serves (worker/upkeep.py), so a worker that has
 served for days still holds its key; it is removed at exit. It lives
 outside the key directory on purpose: `gc` moves a whole key directory aside in one rename,
-and the marker must survive that to be seen by the re-check after it (gc.py). A marker expires
+and the marker must survive that to be seen by the re-check after it (trash.py). A marker expires
 after the longest a boot may take (`ttl_s`), its age read on the volume's clock: its file's
 mtime (a rewrite, as the serving worker's renewal, moves it) against that of a file created on
 the volume when it is read, never the writer's `expires`, so hosts whose clocks disagree by more
