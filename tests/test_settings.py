@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from helpers.run import REPO
+from warmstart.engine.process import engine_command, engine_environment, engine_flag_args
 from warmstart.settings import SettingsError, from_env
 from warmstart.variables import ENGINE_FLAGS, WRAPPER_VARIABLES
-from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
 from warmstart.vllm.install import EngineInfo
 
 BASE = {"MODEL_NAME": "org/model"}
@@ -35,7 +35,7 @@ def test_defaults_follow_worker_vllm():
     assert s.startup_timeout_s == 1200
     assert s.cache_mode == "staged"
     assert s.fit_concurrency is True
-    # No engine flag set: only the fit to MAX_CONCURRENCY (vllm/concurrency.py); off, nothing.
+    # No engine flag set: only the fit to MAX_CONCURRENCY (engine/concurrency.py); off, nothing.
     assert engine_flag_args(s) == ["--max-num-seqs", "30"]
     assert engine_flag_args(settings(WARMSTART_FIT_CONCURRENCY="0")) == []
 

@@ -25,6 +25,8 @@ from warmstart.store.staged import PublishResult, worker_id
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
+from .engine.concurrency import fit_concurrency, fit_words
+from .engine.process import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .hardware import engine_world_size
 from .model import link_model
 from .plan import BootPlan, stage
@@ -39,8 +41,6 @@ from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
-from .vllm.concurrency import fit_concurrency, fit_words
-from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 

@@ -58,7 +58,7 @@ def cmd_boot(args: argparse.Namespace) -> int:
     from warmstart.boot import exit_on_signals, run_boot
     from warmstart.plan import plan_boot
 
-    from .vllm.engine import EngineFailed
+    from .engine.process import EngineFailed
 
     exit_on_signals()  # a SIGTERM at any stage still stops vLLM's group and cleans up (run_boot)
     settings = _settings(args)

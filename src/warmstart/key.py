@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .engine.process import engine_flag_args
 from .envnames import is_secret_name
 from .hardware import Hardware
 from .model import ResolvedModel
@@ -37,7 +38,6 @@ from .settings import Settings
 from .variables import ENGINE_FLAGS
 from .vllm.argv import flags, without_flags
 from .vllm.argvalues import dest_of, parsed_values
-from .vllm.engine import engine_flag_args
 from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
 from .vllm.install import EngineInfo
 

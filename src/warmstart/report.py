@@ -17,6 +17,7 @@ from typing import Any
 from warmstart.vllm.evidence import BootReport, CacheLayer
 from warmstart.vllm.phases import LogEvidence
 
+from .engine.process import engine_environment
 from .envnames import is_vllm_variable
 from .key import key_vllm_env
 from .model import ResolvedModel
@@ -30,7 +31,6 @@ from .tree import TreeScan
 from .vllm import evidence
 from .vllm.argv import VOLATILE_FLAGS, without_flags
 from .vllm.cudagraphs import capture_summary
-from .vllm.engine import engine_environment
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class Settings:
     s3_region: str | None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
     weights_prefetch: str
     weights_ram_share: float
-    vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
+    vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (engine/process.py reaches_vllm reads it from the environment)
     seed_siblings: str
     warnings: tuple[str, ...] = ()
 

@@ -1,4 +1,4 @@
-"""The fit to the worker's concurrency (vllm/concurrency.py): settings -> vLLM's argv, from plain dicts.
+"""The fit to the worker's concurrency (engine/concurrency.py): settings -> vLLM's argv, from plain dicts.
 
 For every way a user can choose max_num_seqs or the CUDA graph capture sizes (variables, and the
 spellings vLLM 0.33's parser takes in VLLM_EXTRA_ARGS), warmstart adds nothing and the user's value is
@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from helpers.spellings import USER_SEQS, USER_SIZES
-from warmstart.settings import from_env
-from warmstart.vllm.argv import parse_argv
-from warmstart.vllm.argvalues import parsed_values
-from warmstart.vllm.concurrency import (
+from warmstart.engine.concurrency import (
     dest_as_vllm_reads,
     fit_concurrency,
     fit_words,
     user_choice,
     vllm_default_words,
 )
-from warmstart.vllm.engine import engine_command, engine_flag_args
+from warmstart.engine.process import engine_command, engine_flag_args
+from warmstart.settings import from_env
+from warmstart.vllm.argv import parse_argv
+from warmstart.vllm.argvalues import parsed_values
 from warmstart.vllm.install import EngineInfo
 
 CUDA = EngineInfo("/opt/vllm/bin/python", "vllm", "0.33.0", "2.10.0", None, "3.12.1")

@@ -27,10 +27,10 @@ import pytest
 
 from helpers.run import MODEL_ID, base_env
 from warmstart.boot import run_boot
+from warmstart.engine.process import free_port
 from warmstart.plan import plan_boot
 from warmstart.redact import Redactor
 from warmstart.settings import from_env
-from warmstart.vllm.engine import free_port
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm

@@ -33,9 +33,9 @@ from ..envnames import WITHHELD_FROM_VLLM
 from ..secrets import is_secret_name
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
+from ..vllm.hashing import VLLM_HASHED_UNPREFIXED
+from ..vllm.install import EngineInfo
 from .concurrency import fit_concurrency
-from .hashing import VLLM_HASHED_UNPREFIXED
-from .install import EngineInfo
 
 log = logging.getLogger("warmstart")
 
