@@ -25,7 +25,7 @@ from warmstart.store.staged import PublishResult, worker_id
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
-from .engine.concurrency import fit_concurrency, fit_words
+from .engine.concurrency import fit_words
 from .engine.process import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .hardware import engine_world_size
 from .model import link_model
@@ -252,14 +252,14 @@ class Boot:
         self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
-        argv = engine_command(plan.engine, plan.settings, self.model_arg, port)
+        argv = engine_command(plan.engine, plan.settings, self.model_arg, port, plan.fit)
         env = engine_environment(os.environ, plan.engine_env)
         if self.weights_plan is None:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
         self.engine.start()
         world = engine_world_size(plan.settings.engine, plan.settings.extra_args)
-        fit = fit_words(fit_concurrency(plan.settings), plan.hardware.kind, world)
+        fit = fit_words(plan.fit, plan.hardware.kind, world)
         stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit)
 
     def wait_ready(self) -> float:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .engine.concurrency import ConcurrencyFit, fit_concurrency
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
 from .key import CacheKey, derive_key
 from .model import ResolvedModel, resolve, vllm_model_path
@@ -45,6 +46,7 @@ class BootPlan:
     hardware: Hardware
     engine: EngineInfo
     key: CacheKey
+    fit: ConcurrencyFit  # max_num_seqs fitted to MAX_CONCURRENCY, decided once: the argv, the key and the log read it
     cache_dirs: CacheDirs
     derived_env: Mapping[str, str]
     engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
@@ -170,7 +172,8 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     hardware = probe.hardware
     stage("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)
-    key = derive_key(settings, model, hardware, engine, derived)
+    fit = fit_concurrency(settings)
+    key = derive_key(settings, model, hardware, engine, derived, fit=fit)
     stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
     place = place_caches(settings, volume, key)
@@ -196,6 +199,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         hardware,
         engine,
         key,
+        fit,
         place.cache_dirs,
         derived,
         env,

