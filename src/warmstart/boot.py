@@ -253,7 +253,7 @@ class Boot:
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
         argv = engine_command(plan.engine, plan.settings, self.model_arg, port, plan.fit)
-        env = engine_environment(os.environ, plan.engine_env)
+        env = engine_environment(plan.settings.environ, plan.engine_env, plan.settings.vllm_env_pass)
         if self.weights_plan is None:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
@@ -292,7 +292,7 @@ class Boot:
         return BootObservation(
             boot_id=self.boot_id,
             started_at=self.started_at,
-            environ=dict(os.environ),
+            environ=dict(plan.settings.environ),
             model_arg=self.model_arg,
             evidence=self.evidence,
             before=self.before,

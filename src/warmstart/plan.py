@@ -8,7 +8,6 @@ what a boot then finds (the model link, the tiers' results) is the boot's, not t
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,6 +154,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         no_download_reason=no_download_reason or settings.no_download_reason,
         read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
         stall_s=settings.hub_stall_s,
+        hub_endpoint=settings.hub_endpoint,
     )
     stage(
         "model",
@@ -168,7 +168,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     )
 
     engine = probe_engine(find_vllm_python(settings.vllm_python))
-    probe = detect_engine_hardware(settings, engine, os.environ)
+    probe = detect_engine_hardware(settings, engine, settings.environ)
     hardware = probe.hardware
     stage("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)

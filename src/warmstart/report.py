@@ -137,7 +137,7 @@ def publish_summary(p: PublishResult | None) -> dict[str, Any] | None:
 def observed(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> dict[str, Any]:
     """Factors beyond the key, recorded per boot, to explain a miss that the key did not predict."""
     argv = without_flags(redactor.argv(obs.argv[1:]), VOLATILE_FLAGS)
-    given = obs.engine_env or engine_environment(obs.environ, plan.engine_env)
+    given = obs.engine_env or engine_environment(obs.environ, plan.engine_env, plan.settings.vllm_env_pass)
     env = {k: v for k, v in given.items() if is_vllm_variable(k)}
     # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
     # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,

@@ -80,7 +80,8 @@ def relocated(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dic
         VLLM_EXTRA_ARGS="--uvicorn-log-level warning",
     )
     with pytest.MonkeyPatch.context() as patch:
-        # vLLM's environment is built from the wrapper's own (os.environ), as in a worker.
+        # The settings are read from env, and vLLM's environment from them (Settings.environ); the process
+        # gets env too, for what reads it directly (huggingface_hub), as in a worker, where the two are one.
         for name, value in env.items():
             patch.setenv(name, value)
         first = boot_once(env)

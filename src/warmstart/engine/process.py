@@ -151,25 +151,24 @@ ENGINE_ENV_PREFIXES = (
     "ROCM_",
     "HIP_",
 )
-# Names the user adds: WARMSTART_VLLM_ENV="MY_VAR,MYLIB_*" (a trailing * is a prefix).
-PASS_VARIABLE = "WARMSTART_VLLM_ENV"
 
 
-def _passed_by_user(inherited: Mapping[str, str]) -> tuple[frozenset[str], tuple[str, ...]]:
-    words = [w.strip() for w in inherited.get(PASS_VARIABLE, "").replace(",", " ").split()]
+def _passed_by_user(passed: str | None) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Names the user adds: WARMSTART_VLLM_ENV="MY_VAR,MYLIB_*" (a trailing * is a prefix)."""
+    words = [w.strip() for w in (passed or "").replace(",", " ").split()]
     return frozenset(w for w in words if w and not w.endswith("*")), tuple(w[:-1] for w in words if w.endswith("*"))
 
 
-def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
+def reaches_vllm(name: str, passed: str | None = None) -> bool:
     """Does an inherited variable of this name reach vLLM's environment?
 
-    The allow-list above, plus what WARMSTART_VLLM_ENV names; minus the wrapper's own settings
-    (envnames.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
+    The allow-list above, plus what WARMSTART_VLLM_ENV names (`passed`: Settings.vllm_env_pass); minus
+    the wrapper's own settings (envnames.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
     VLLM_PORT as the first of its internal ports, utils/network_utils.py) and minus every secret
     but the two vLLM reads: HF_TOKEN/HUGGING_FACE_HUB_TOKEN (a tokenizer or draft model from the
     Hub) and VLLM_API_KEY (the server's key, vLLM's middleware `envs.VLLM_API_KEY`).
     """
-    names, prefixes = _passed_by_user(inherited or {})
+    names, prefixes = _passed_by_user(passed)
     if name in WITHHELD_FROM_VLLM:
         return False
     if name in names or (prefixes and name.startswith(prefixes)):
@@ -182,13 +181,16 @@ def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
 SECRETS_VLLM_READS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"})
 
 
-def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) -> dict[str, str]:
+def engine_environment(
+    inherited: Mapping[str, str], mapped: Mapping[str, str], passed: str | None = None
+) -> dict[str, str]:
     """vLLM's environment: what it reads of the wrapper's own (reaches_vllm), plus what warmstart maps.
 
-    `mapped` (cache directories, HF home, offline mode, derived VLLM_* values) wins over the
-    inherited values. A pure function: environment in, environment out.
+    `inherited` is the environment the settings were read from (Settings.environ), `passed` the user's
+    WARMSTART_VLLM_ENV (Settings.vllm_env_pass). `mapped` (cache directories, HF home, offline mode,
+    derived VLLM_* values) wins over the inherited values. A pure function: environment in, environment out.
     """
-    env = {k: v for k, v in inherited.items() if reaches_vllm(k, inherited)}
+    env = {k: v for k, v in inherited.items() if reaches_vllm(k, passed)}
     env.update(mapped)
     env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are written: the phase clock
     return env

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..settings import step_hooks
 from .bundle import BundleRef, Generation, StoreError, gen_name
 
 GENERATIONS = "generations"
@@ -42,12 +43,12 @@ def step(name: str) -> None:
     and the step named by WARMSTART_TEST_PAUSE_AT waits there until the file named by
     WARMSTART_TEST_RESUME exists, so a test can kill, unmount or race at exactly that point.
     """
-    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
+    hooks = step_hooks()
+    if hooks is None:
         return
     log.info("warmstart | step     | %s", name)
-    if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
-        resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
-        while not resume.exists():
+    if hooks.pause_at == name:
+        while not hooks.resume.exists():
             time.sleep(0.05)
 
 

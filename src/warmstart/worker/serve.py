@@ -140,8 +140,8 @@ def local_api_hint(rest: list[str]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = from_env(os.environ, volume=getattr(args, "volume", None))
-    redactor = Redactor.from_env(os.environ)
+    settings = from_env(args.environ, volume=getattr(args, "volume", None))
+    redactor = Redactor.from_env(settings.environ)
     # Until the Runpod SDK installs its own handlers, a SIGTERM must still stop a booting vLLM.
     exit_on_signals()
 
