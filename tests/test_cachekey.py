@@ -95,7 +95,7 @@ def test_key_ignores_serving_only_flags(change):
 
 
 def test_max_concurrency_enters_the_key_only_through_the_fitted_max_num_seqs():
-    """The fit (vllm/concurrency.py) gives vLLM `--max-num-seqs MAX_CONCURRENCY`, which vLLM hashes
+    """The fit (engine/concurrency.py) gives vLLM `--max-num-seqs MAX_CONCURRENCY`, which vLLM hashes
     (tests/vllm/test_vllm_hash.py): the key holds the flag's value, as it would the user's own."""
     fitted = key(BASELINE)
     assert fitted.factors["args"]["max_num_seqs"] == 30

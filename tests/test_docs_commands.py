@@ -14,9 +14,9 @@ import pytest
 
 from helpers.run import REPO
 from warmstart.cli import build_parser
+from warmstart.engine.process import reaches_vllm
 from warmstart.envnames import REMOVED_VARS, known_variables
 from warmstart.store.layout import CacheDirs
-from warmstart.vllm.engine import reaches_vllm
 from warmstart.vllm.hashing import VLLM_HASHED_UNPREFIXED
 from warmstart_dev.cli import build_parser as build_dev_parser
 

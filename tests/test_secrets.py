@@ -31,10 +31,10 @@ from helpers.sentinels import (
     secret_env,
 )
 from helpers.worker import Worker
+from warmstart.engine.process import free_port
 from warmstart.redact import Redactor
 from warmstart.secrets import MASK
 from warmstart.settings import from_env
-from warmstart.vllm.engine import free_port
 from warmstart.worker.handler import JobHandler, make_handler
 from warmstart_dev.testmodel import write_test_model
 

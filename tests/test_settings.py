@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from helpers.run import REPO
-from warmstart.settings import SettingsError, from_env
+from warmstart.engine.process import engine_command, engine_environment, engine_flag_args
+from warmstart.settings import SettingsError, from_env, read_one, volume_root
 from warmstart.variables import ENGINE_FLAGS, WRAPPER_VARIABLES
-from warmstart.vllm.engine import engine_command, engine_environment, engine_flag_args
 from warmstart.vllm.install import EngineInfo
 
 BASE = {"MODEL_NAME": "org/model"}
@@ -35,7 +35,7 @@ def test_defaults_follow_worker_vllm():
     assert s.startup_timeout_s == 1200
     assert s.cache_mode == "staged"
     assert s.fit_concurrency is True
-    # No engine flag set: only the fit to MAX_CONCURRENCY (vllm/concurrency.py); off, nothing.
+    # No engine flag set: only the fit to MAX_CONCURRENCY (engine/concurrency.py); off, nothing.
     assert engine_flag_args(s) == ["--max-num-seqs", "30"]
     assert engine_flag_args(settings(WARMSTART_FIT_CONCURRENCY="0")) == []
 
@@ -219,3 +219,35 @@ def test_a_lease_ttl_a_restore_may_outlive_is_warned_of():
     assert not [
         w for w in settings(WARMSTART_LEASE_TTL_S="60", WARMSTART_RESTORE_DEADLINE_S="30").warnings if "TTL" in w
     ]
+
+
+def test_settings_keep_the_environment_they_were_read_from_and_vllm_inherits_it_through_them():
+    """One read of the environment: vLLM's is made from Settings.environ, and WARMSTART_VLLM_ENV from
+    its own field, so a boot sees the snapshot its settings came from (engine/process.py)."""
+    env = {**BASE, "WARMSTART_VLLM_ENV": "MYLIB_*, MY_VAR", "MYLIB_X": "1", "MY_VAR": "2", "OTHER": "3"}
+    env["AWS_SECRET_ACCESS_KEY"] = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
+    s = from_env(env)
+    assert s.environ == env and s.environ is not env
+    assert "wJalrXUtnFEMIK7MDENG" not in repr(s)
+    assert s == from_env({**env, "OTHER": "4"}), "the snapshot is where settings come from, not a setting"
+    given = engine_environment(s.environ, {"VLLM_CACHE_ROOT": "/c"}, s.vllm_env_pass)
+    assert given["MYLIB_X"] == "1" and given["MY_VAR"] == "2" and given["VLLM_CACHE_ROOT"] == "/c"
+    assert "OTHER" not in given and "AWS_SECRET_ACCESS_KEY" not in given and "WARMSTART_VLLM_ENV" not in given
+    assert "MYLIB_X" not in engine_environment(s.environ, {}), "only the user's WARMSTART_VLLM_ENV adds names"
+    assert s.hub_endpoint is None and settings(HF_ENDPOINT="http://hub.local").hub_endpoint == "http://hub.local"
+
+
+def test_the_volume_commands_read_the_volume_and_the_lease_ttl_as_the_settings_do():
+    """`warmstart ls/gc/timeline` need no model: they read these two through settings, by the same rules."""
+    for env, volume in (
+        ({}, None),
+        ({"BASE_PATH": "/c"}, None),
+        ({"RUNPOD_VOLUME_PATH": "/a", "BASE_PATH": "/c"}, None),
+        ({"RUNPOD_VOLUME_PATH": "/a"}, "/b"),
+    ):
+        assert volume_root(env, volume) == from_env({**BASE, **env}, volume=volume).volume
+    assert volume_root({}) == Path("/runpod-volume") and volume_root({"BASE_PATH": "/c"}) == Path("/c")
+    assert read_one({}, "WARMSTART_LEASE_TTL_S") == settings().lease_ttl_s
+    assert read_one({"WARMSTART_LEASE_TTL_S": "60"}, "WARMSTART_LEASE_TTL_S") == 60.0
+    with pytest.raises(SettingsError, match="WARMSTART_LEASE_TTL_S='soon': expected a number"):
+        read_one({"WARMSTART_LEASE_TTL_S": "soon"}, "WARMSTART_LEASE_TTL_S")

@@ -25,6 +25,8 @@ from warmstart.store.publish import PublishResult
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
+from .engine.concurrency import fit_words
+from .engine.process import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .hardware import engine_world_size
 from .model import link_model
 from .plan import BootPlan, stage
@@ -39,8 +41,6 @@ from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
-from .vllm.concurrency import fit_concurrency, fit_words
-from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
@@ -252,14 +252,14 @@ class Boot:
         self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
-        argv = engine_command(plan.engine, plan.settings, self.model_arg, port)
-        env = engine_environment(os.environ, plan.engine_env)
+        argv = engine_command(plan.engine, plan.settings, self.model_arg, port, plan.fit)
+        env = engine_environment(plan.settings.environ, plan.engine_env, plan.settings.vllm_env_pass)
         if self.weights_plan is None:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
         self.engine.start()
         world = engine_world_size(plan.settings.engine, plan.settings.extra_args)
-        fit = fit_words(fit_concurrency(plan.settings), plan.hardware.kind, world)
+        fit = fit_words(plan.fit, plan.hardware.kind, world)
         stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit)
 
     def wait_ready(self) -> float:
@@ -292,7 +292,7 @@ class Boot:
         return BootObservation(
             boot_id=self.boot_id,
             started_at=self.started_at,
-            environ=dict(os.environ),
+            environ=dict(plan.settings.environ),
             model_arg=self.model_arg,
             evidence=self.evidence,
             before=self.before,

@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 from .redact import Redactor
-from .settings import SettingsError, from_env
+from .settings import SettingsError, from_env, process_environment
 
 log = logging.getLogger("warmstart")
 
@@ -33,7 +32,7 @@ def setup_logging() -> None:
 
 
 def _settings(args: argparse.Namespace):  # noqa: ANN202 - Settings, imported lazily
-    return from_env(os.environ, volume=getattr(args, "volume", None))
+    return from_env(args.environ, volume=getattr(args, "volume", None))
 
 
 def cmd_key(args: argparse.Namespace) -> int:
@@ -43,7 +42,7 @@ def cmd_key(args: argparse.Namespace) -> int:
     plan = plan_boot(
         settings, no_download_reason="`warmstart key` downloads nothing; run `warmstart fetch`", write=False
     )
-    described = plan.describe(Redactor.from_env(os.environ))
+    described = plan.describe(Redactor.from_env(settings.environ))
     if args.json:
         print(json.dumps(described, indent=2))
     else:
@@ -58,12 +57,12 @@ def cmd_boot(args: argparse.Namespace) -> int:
     from warmstart.boot import exit_on_signals, run_boot
     from warmstart.plan import plan_boot
 
-    from .vllm.engine import EngineFailed
+    from .engine.process import EngineFailed
 
     exit_on_signals()  # a SIGTERM at any stage still stops vLLM's group and cleans up (run_boot)
     settings = _settings(args)
     plan = plan_boot(settings)
-    redactor = Redactor.from_env(os.environ)
+    redactor = Redactor.from_env(settings.environ)
     try:
         boot, report = run_boot(plan, redactor)
     except EngineFailed as exc:
@@ -104,11 +103,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported lazily
     """The volume named by --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (no other setting needed)."""
-    from .settings import SettingsError
+    from .settings import SettingsError, volume_root
     from .store.layout import VolumeLayout
-    from .variables import DEFAULT_VOLUME
 
-    root = Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or os.environ.get("BASE_PATH") or DEFAULT_VOLUME)
+    root = volume_root(args.environ, args.volume)
     if not root.is_dir():
         raise SettingsError([f"no volume at {root}: pass --volume DIR or set RUNPOD_VOLUME_PATH"])
     return VolumeLayout(root, on_volume=True)
@@ -121,7 +119,7 @@ def _price(args: argparse.Namespace) -> float | None:
     if getattr(args, "price_gb_month", None) is not None:
         return float(args.price_gb_month)
     try:
-        return price_from_env(os.environ)
+        return price_from_env(args.environ)
     except ValueError as exc:
         raise SettingsError([str(exc)]) from exc
 
@@ -199,8 +197,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from .limits import LEASE_TTL_S
-    from .settings import SettingsError
+    from .settings import SettingsError, read_one
     from .store.gc import GcOptions, parse_size, plan_gc
     from .store.scan import scan_volume
 
@@ -210,7 +207,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise SettingsError([f"--max-bytes {exc}"]) from exc
     if args.keep_last is not None and args.keep_last < 0:
         raise SettingsError(["--keep-last must be 0 or more"])
-    ttl = float(os.environ.get("WARMSTART_LEASE_TTL_S") or LEASE_TTL_S)
+    ttl = read_one(args.environ, "WARMSTART_LEASE_TTL_S")
     options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
     scan = scan_volume(_layout(args))
     plan = plan_gc(scan, options, ttl_s=ttl)
@@ -340,6 +337,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         token=settings.hf_token,
         no_download_reason=settings.no_download_reason,
         stall_s=settings.hub_stall_s,
+        hub_endpoint=settings.hub_endpoint,
     )
     print(json.dumps(model_summary(model)))
     return 0
@@ -425,8 +423,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run `args.func`; settings, model and engine errors become one readable line and exit 2."""
-    redactor = Redactor.from_env(os.environ)
+    """Run `args.func`; settings, model and engine errors become one readable line and exit 2.
+
+    The process's environment is read here, once, for every command (`warmstart` and `warmstart-dev`
+    alike): a command reads it from `args.environ`."""
+    args.environ = process_environment()
+    redactor = Redactor.from_env(args.environ)
     try:
         return int(args.func(args) or 0)
     except SettingsError as exc:

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .engine.concurrency import ConcurrencyFit
+from .engine.process import engine_flag_args
 from .envnames import is_secret_name
 from .hardware import Hardware
 from .model import ResolvedModel
@@ -37,7 +39,6 @@ from .settings import Settings
 from .variables import ENGINE_FLAGS
 from .vllm.argv import flags, without_flags
 from .vllm.argvalues import dest_of, parsed_values
-from .vllm.engine import engine_flag_args
 from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
 from .vllm.install import EngineInfo
 
@@ -73,10 +74,11 @@ def key_extra_args(extra: tuple[str, ...]) -> list[str]:
     return without_flags(extra, dropped)
 
 
-def key_args(settings: Settings) -> dict[str, Any]:
-    """The flags vLLM will be given (engine-flag variables, then VLLM_EXTRA_ARGS), as the values
-    vLLM's parser sets; serving-only flags and secrets left out, JSON secret fields masked."""
-    argv = [*engine_flag_args(settings), *settings.extra_args]
+def key_args(settings: Settings, fit: ConcurrencyFit | None = None) -> dict[str, Any]:
+    """The flags vLLM will be given (engine-flag variables, the plan's concurrency fit, then
+    VLLM_EXTRA_ARGS), as the values vLLM's parser sets; serving-only flags and secrets left out,
+    JSON secret fields masked."""
+    argv = [*engine_flag_args(settings, fit), *settings.extra_args]
     dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or is_secret_name(f)} | FLAGS_NOT_IN_KEY
     values = parsed_values(argv, dropped)
     for flag, fields in SECRET_JSON_FIELDS.items():
@@ -110,8 +112,10 @@ def derive_key(
     hardware: Hardware,
     engine: EngineInfo,
     derived_env: Mapping[str, str] | None = None,
+    fit: ConcurrencyFit | None = None,
 ) -> CacheKey:
-    """The key for this boot. `derived_env` holds VLLM_* values warmstart chose (e.g. AOT off on CPU)."""
+    """The key for this boot. `derived_env` holds VLLM_* values warmstart chose (e.g. AOT off on CPU);
+    `fit` is the plan's concurrency fit (None: the fit for these settings)."""
     factors: dict[str, Any] = {
         "model": model.repo_id or str(model.path),
         "revision": model.revision,
@@ -122,7 +126,7 @@ def derive_key(
         # whose WARMSTART_LOCAL_CACHE differs shows it in `observed.engine_argv` when vLLM misses.
         "hardware": hardware.as_dict(),
         "engine": engine.as_dict(),
-        "args": key_args(settings),
+        "args": key_args(settings, fit),
         "vllm_env": key_vllm_env({**dict(settings.vllm_env), **dict(derived_env or {})}),
     }
     canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))

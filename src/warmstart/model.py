@@ -31,6 +31,8 @@ from typing import Literal
 
 log = logging.getLogger("warmstart")
 
+HUB_ENDPOINT = "https://huggingface.co"  # huggingface_hub's default, when HF_ENDPOINT is unset
+
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -147,6 +149,7 @@ def resolve(
     no_download_reason: str | None = None,
     read_only_caches: tuple[Path, ...] = (),
     stall_s: float = 20.0,
+    hub_endpoint: str | None = None,
 ) -> ResolvedModel:
     """Pin `name` to a complete snapshot, downloading only if no cache can serve it.
 
@@ -196,7 +199,7 @@ def resolve(
     if no_download_reason is not None:
         raise ModelError(f"{name}: {reason}, and downloading is disabled ({no_download_reason})")
     log.info("warmstart | model    | %s: %s; downloading from the Hub", name, reason)
-    path = download(name, revision, hub_cache, token=token, stall_s=stall_s)
+    path = download(name, revision, hub_cache, token=token, stall_s=stall_s, hub_endpoint=hub_endpoint)
     check = check_snapshot(path)
     if not check.complete:
         raise ModelError(f"{name}: downloaded snapshot is still incomplete: missing {', '.join(check.missing)}")
@@ -261,7 +264,15 @@ class DownloadProgress:
         self.report()
 
 
-def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str | None, stall_s: float = 20.0) -> Path:
+def download(
+    repo_id: str,
+    revision: str | None,
+    hub_cache: Path,
+    *,
+    token: str | None,
+    stall_s: float = 20.0,
+    hub_endpoint: str | None = None,
+) -> Path:
     """snapshot_download into the volume's hub cache, logging progress every few seconds.
 
     Bounded by warmstart, not by huggingface_hub: its metadata calls (`repo_info`,
@@ -286,7 +297,6 @@ def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str 
         except BaseException as exc:  # handed to the caller below
             errors.append(exc)
 
-    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     with DownloadProgress(repo_id, repo_dir(hub_cache, repo_id) / "blobs") as progress:
         thread = threading.Thread(target=run, name="hub-download", daemon=True)
         thread.start()
@@ -297,7 +307,8 @@ def download(repo_id: str, revision: str | None, hub_cache: Path, *, token: str 
                 size, changed = now, time.monotonic()
             elif thread.is_alive() and time.monotonic() - changed > stall_s:
                 raise ModelError(
-                    f"{repo_id}: download failed: the Hub at {endpoint} sent nothing for {stall_s:.0f} s "
+                    f"{repo_id}: download failed: the Hub at {hub_endpoint or HUB_ENDPOINT} sent nothing "
+                    f"for {stall_s:.0f} s "
                     "(WARMSTART_HUB_TIMEOUT_S); is it reachable from this worker?"
                 )
     if errors:

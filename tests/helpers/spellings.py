@@ -62,7 +62,7 @@ DIFFERENT_KEYS = [
     ({"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 4096"}, {"VLLM_EXTRA_ARGS": "--max-num-batched-tokens 2048"}),
 ]
 
-# The fit to MAX_CONCURRENCY (vllm/concurrency.py) yields to each of these: tests/vllm/test_concurrency.py
+# The fit to MAX_CONCURRENCY (engine/concurrency.py) yields to each of these: tests/vllm/test_concurrency.py
 # checks the argv, tests/vllm/test_vllm_hash.py that vLLM's parser reads the user's value from it.
 # Every way to choose max_num_seqs: (variables, the value vLLM ends up with).
 USER_SEQS = [

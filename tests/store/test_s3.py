@@ -23,6 +23,7 @@ import pytest
 from helpers.files import tree, write
 from helpers.run import WARMSTART, base_env, run_warmstart
 from helpers.s3_server import ACCESS_KEY, SECRET_KEY, moto_server, s3_env
+from warmstart.engine.process import free_port
 from warmstart.s3url import parse_s3_url
 from warmstart.settings import SettingsError, from_env
 from warmstart.store.bundlegc import collect_garbage
@@ -30,7 +31,6 @@ from warmstart.store.publish import execute_publish, plan_publish, publish
 from warmstart.store.restore import restore
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, make_client
-from warmstart.vllm.engine import free_port
 from warmstart_dev.testmodel import write_test_model
 from warmstart_dev.throttle import throttled
 

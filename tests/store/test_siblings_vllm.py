@@ -13,13 +13,10 @@ real store, are refused by warmstart's own selection.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import shutil
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,36 +36,21 @@ UNFIT = {"TORCHINDUCTOR_CPP_ENABLE_UNSAFE_MATH_OPT_FLAG": "1"}
 PROMPT = {"prompt": "The volume holds", "max_tokens": 12, "temperature": 0}
 
 
-@contextlib.contextmanager
-def environ(extra: dict[str, str]) -> Iterator[None]:
-    """vLLM's environment is built from this process's (engine_environment(os.environ, ...))."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def boot_and_complete(env: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Boot in this process, ask for a greedy completion, stop; the report and the text."""
-    with environ(extra or {}):
-        plan = plan_boot(from_env(env))
-        boot, report = run_boot(plan, Redactor.from_env(env), echo=io.StringIO())
-        try:
-            assert boot.engine is not None
-            body = json.dumps({"model": plan.settings.served_model_name, **PROMPT}).encode()
-            request = urllib.request.Request(
-                boot.engine.base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(request, timeout=300) as response:
-                text = json.loads(response.read())["choices"][0]["text"]
-        finally:
-            boot.stop()
+    # vLLM's environment is built from the one the settings were read from (Settings.environ).
+    plan = plan_boot(from_env({**env, **(extra or {})}))
+    boot, report = run_boot(plan, Redactor.from_env(env), echo=io.StringIO())
+    try:
+        assert boot.engine is not None
+        body = json.dumps({"model": plan.settings.served_model_name, **PROMPT}).encode()
+        request = urllib.request.Request(
+            boot.engine.base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=300) as response:
+            text = json.loads(response.read())["choices"][0]["text"]
+    finally:
+        boot.stop()
     return {"report": report.to_dict(), "text": text, "plan": plan.describe(Redactor.from_env(env))}
 
 

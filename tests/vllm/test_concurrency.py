@@ -1,4 +1,4 @@
-"""The fit to the worker's concurrency (vllm/concurrency.py): settings -> vLLM's argv, from plain dicts.
+"""The fit to the worker's concurrency (engine/concurrency.py): settings -> vLLM's argv, from plain dicts.
 
 For every way a user can choose max_num_seqs or the CUDA graph capture sizes (variables, and the
 spellings vLLM 0.33's parser takes in VLLM_EXTRA_ARGS), warmstart adds nothing and the user's value is
@@ -8,22 +8,31 @@ reading these argvs is tests/vllm/test_vllm_hash.py's.
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import logging
 from pathlib import Path
 
 import pytest
 
+from helpers.run import base_env
 from helpers.spellings import USER_SEQS, USER_SIZES
-from warmstart.settings import from_env
-from warmstart.vllm.argv import parse_argv
-from warmstart.vllm.argvalues import parsed_values
-from warmstart.vllm.concurrency import (
+from warmstart.boot import Boot
+from warmstart.engine.concurrency import (
+    ConcurrencyFit,
     dest_as_vllm_reads,
     fit_concurrency,
     fit_words,
     user_choice,
     vllm_default_words,
 )
-from warmstart.vllm.engine import engine_command, engine_flag_args
+from warmstart.engine.process import engine_command, engine_flag_args
+from warmstart.key import derive_key
+from warmstart.plan import plan_boot
+from warmstart.redact import Redactor
+from warmstart.settings import from_env
+from warmstart.vllm.argv import last_flag_value, parse_argv
+from warmstart.vllm.argvalues import parsed_values
 from warmstart.vllm.install import EngineInfo
 
 CUDA = EngineInfo("/opt/vllm/bin/python", "vllm", "0.33.0", "2.10.0", None, "3.12.1")
@@ -154,3 +163,36 @@ def test_default_words_claim_only_what_warmstart_knows():
     assert vllm_default_words("cpu", 2) == "vLLM's default here would be 128 x TP x PP"
     gpu = vllm_default_words("gpu")
     assert "1024 on a GPU of 70 GiB or more" in gpu and "256" in gpu
+
+
+def test_the_plan_decides_the_fit_once_and_the_argv_the_key_and_the_engine_stage_read_it(
+    tmp_path, volume, tiny_model, fake_vllm_python, caplog
+):
+    """plan_boot decides the fit (BootPlan.fit); the key's args and the boot's argv and log line are read
+    from that one decision, not recomputed from the settings: a plan that carries another decision starts
+    vLLM with it and says so."""
+    env = base_env(volume, fake_vllm_python, tmp_path, MAX_CONCURRENCY="6", WARMSTART_CACHE_MODE="direct")
+    del env["MAX_NUM_SEQS"]  # a user's value would leave nothing to fit
+    plan = plan_boot(from_env(env), write=False)
+    assert plan.fit == fit_concurrency(plan.settings) and plan.fit.max_num_seqs == 6
+    assert plan.key.factors["args"]["max_num_seqs"] == 6
+
+    other = ConcurrencyFit(3, "max_num_seqs 3 decided elsewhere")
+    assert (
+        derive_key(plan.settings, plan.model, plan.hardware, plan.engine, plan.derived_env, fit=other).factors["args"][
+            "max_num_seqs"
+        ]
+        == 3
+    )
+    for fit, seqs in ((plan.fit, "6"), (other, "3")):
+        caplog.clear()
+        boot = Boot(dataclasses.replace(plan, fit=fit), Redactor(), echo=io.StringIO())
+        try:
+            with caplog.at_level(logging.INFO, logger="warmstart"):
+                boot.start()
+            assert boot.engine is not None
+            assert last_flag_value(boot.engine.argv, ("--max-num-seqs",)) == seqs
+        finally:
+            boot.stop()
+        (line,) = [r.getMessage() for r in caplog.records if "starting vLLM" in r.getMessage()]
+        assert fit.reason in line

@@ -30,7 +30,7 @@ def test_crash_before_ready_fails_fast_with_the_log_tail(tmp_path, volume, tiny_
     )
     result = run_warmstart(["boot", "--json"], env, timeout=120)
     assert result.returncode == 3
-    assert "was not ready after" not in result.stderr  # (the timeout's message, engine.py)
+    assert "was not ready after" not in result.stderr  # (the timeout's message, engine/process.py)
     assert "vLLM exited with code 1 before it was ready" in result.stderr
     assert "RuntimeError: fake engine crashed on purpose" in result.stderr.split("last lines of vLLM's log")[1]
     assert result.stdout == ""

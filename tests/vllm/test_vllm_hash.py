@@ -15,7 +15,7 @@ The rules checked:
 - the same model reached through warmstart's stable link gives one hash, volume or baked;
 - spellings vLLM reads alike (tests/helpers/spellings.py) are one hash and one key; values it
   hashes apart, two of each;
-- the fit to MAX_CONCURRENCY (vllm/concurrency.py): the fitted `--max-num-seqs` reaches vLLM's config,
+- the fit to MAX_CONCURRENCY (engine/concurrency.py): the fitted `--max-num-seqs` reaches vLLM's config,
   fitted and unfitted configurations split the key exactly where they split vLLM's hash, and every
   spelling of a user's own max_num_seqs or capture sizes is what vLLM reads.
 
@@ -34,13 +34,13 @@ import pytest
 
 from helpers.run import HELPERS, MODEL_ID
 from helpers.spellings import DIFFERENT_KEYS, SAME_KEY_GROUPS, USER_SEQS, USER_SIZES
+from warmstart.engine.concurrency import fit_concurrency
+from warmstart.engine.process import engine_command
 from warmstart.hardware import Hardware
 from warmstart.key import derive_key
 from warmstart.model import ResolvedModel, resolve, vllm_model_path
 from warmstart.settings import Settings, from_env
 from warmstart.variables import ENGINE_FLAGS
-from warmstart.vllm.concurrency import fit_concurrency
-from warmstart.vllm.engine import engine_command
 from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED, VLLM_HASHED_UNPREFIXED
 from warmstart.vllm.install import EngineInfo
 from warmstart_dev.testmodel import write_test_model
@@ -177,7 +177,7 @@ IGNORED_ONLY_IN_033 = {
 }
 
 
-# The fit (vllm/concurrency.py) applies where MAX_NUM_SEQS is unset (None: left out of BASE).
+# The fit (engine/concurrency.py) applies where MAX_NUM_SEQS is unset (None: left out of BASE).
 UNSET = {"MAX_NUM_SEQS": None}
 FIT_CASES: dict[str, dict[str, str | None]] = {
     "fit:c30": {**UNSET, "MAX_CONCURRENCY": "30"},

@@ -27,10 +27,10 @@ import pytest
 
 from helpers.run import MODEL_ID, base_env
 from warmstart.boot import run_boot
+from warmstart.engine.process import free_port
 from warmstart.plan import plan_boot
 from warmstart.redact import Redactor
 from warmstart.settings import from_env
-from warmstart.vllm.engine import free_port
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
@@ -80,7 +80,8 @@ def relocated(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dic
         VLLM_EXTRA_ARGS="--uvicorn-log-level warning",
     )
     with pytest.MonkeyPatch.context() as patch:
-        # vLLM's environment is built from the wrapper's own (os.environ), as in a worker.
+        # The settings are read from env, and vLLM's environment from them (Settings.environ); the process
+        # gets env too, for what reads it directly (huggingface_hub), as in a worker, where the two are one.
         for name, value in env.items():
             patch.setenv(name, value)
         first = boot_once(env)

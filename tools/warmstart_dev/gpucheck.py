@@ -13,7 +13,7 @@ What it checks, each through warmstart's own code:
   the second must add none and read `hit` from `evidence.layer_statuses` (the boot
   report's own verdict code), with Inductor's FX-graph cache counting a hit;
 - FlashInfer: only where `flashinfer` and `nvcc` are installed (not on a bare machine);
-- the fit to MAX_CONCURRENCY (vllm/concurrency.py): only where `--python` has vLLM. Two cold
+- the fit to MAX_CONCURRENCY (engine/concurrency.py): only where `--python` has vLLM. Two cold
   `warmstart boot`s of the tiny test model, fitted (MAX_CONCURRENCY=30: `--max-num-seqs 30`) and
   not (WARMSTART_FIT_CONCURRENCY=0: vLLM's default), each on its own volume; per boot the report's
   `cudagraphs` block (sizes, graphs per mode, vLLM's own capture seconds), its cudagraph phase and

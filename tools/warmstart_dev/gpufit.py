@@ -2,7 +2,7 @@
 
 Where the GPU machine's interpreter has vLLM, `warmstart boot` (this interpreter, warmstart's code) starts
 vLLM (that interpreter) twice, each on its own volume and key: MAX_CONCURRENCY=30, which the fit turns into
-`--max-num-seqs 30` (vllm/concurrency.py), and WARMSTART_FIT_CONCURRENCY=0, which leaves vLLM its default
+`--max-num-seqs 30` (engine/concurrency.py), and WARMSTART_FIT_CONCURRENCY=0, which leaves vLLM its default
 (1024 on an H100/H200). From each boot's report: the `cudagraphs` block (vLLM's capture sizes, the graphs
 per mode its bars state, its own capture seconds: whole seconds, as vLLM prints them), the cudagraph phase
 and the ready time. Standard library and warmstart only, like gpucheck.py.

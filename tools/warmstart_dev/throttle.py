@@ -214,7 +214,7 @@ def throttled(
     stats: str = "",
 ) -> Iterator[str]:
     """Yield a URL that reaches `upstream_url` (http://127.0.0.1:PORT) through the proxy."""
-    from warmstart.vllm.engine import free_port
+    from warmstart.engine.process import free_port
 
     from .s3server import serving
 

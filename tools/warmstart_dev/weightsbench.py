@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from warmstart.engine.process import EngineProcess, LogLine, engine_command, free_port
 from warmstart.model import resolve
 from warmstart.plan import derive_engine_env, detect_engine_hardware
 from warmstart.settings import from_env
 from warmstart.store.layout import CacheDirs, VolumeLayout, engine_env
-from warmstart.vllm.engine import EngineProcess, LogLine, engine_command, free_port
 from warmstart.vllm.install import find_vllm_python, probe_engine
 from warmstart.weights import LOAD_DONE, LOAD_START, STREAMS, Prefetcher, WeightsPlan, weight_files
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+from ..settings import step_hooks
 from .bundle import BundleRef, Generation, StoreError, gen_name
 
 Tier = Literal["volume", "s3"]  # a staged store's kind: where a restore came from, in logs and reports
@@ -46,12 +47,12 @@ def step(name: str) -> None:
     and the step named by WARMSTART_TEST_PAUSE_AT waits there until the file named by
     WARMSTART_TEST_RESUME exists, so a test can kill, unmount or race at exactly that point.
     """
-    if os.environ.get("WARMSTART_TEST_STEPS") != "1":
+    hooks = step_hooks()
+    if hooks is None:
         return
     log.info("warmstart | step     | %s", name)
-    if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
-        resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
-        while not resume.exists():
+    if hooks.pause_at == name:
+        while not hooks.resume.exists():
             time.sleep(0.05)
 
 

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..settings import step_hooks
 from .backend import step
 from .bundle import BundleRef, FileEntry, Generation, StoreError, StoreUnavailable
 from .zst import INFLATE_PIECE, is_zstd, zstd_error
@@ -293,7 +294,7 @@ class _Members:
                     self._member_done()
                 elif self.fd >= 0 and not self._stepped:
                     self._stepped = True
-                    if os.environ.get("WARMSTART_TEST_STEPS") == "1":  # a file cut between chunks, first part written
+                    if step_hooks() is not None:  # a file cut between chunks, first part written
                         self.writer.drain()
                         step("restore:file_partly_written")
             elif self.pad:

@@ -1,1 +1,5 @@
-"""vLLM as a child process: how it is started, what its logs say, what its caches prove."""
+"""What vLLM is: its command line, flag types, compile hash, log formats, releases and installation.
+
+Pure knowledge of vLLM, below the wrapper: it imports only ground-floor helpers. Running vLLM with the
+wrapper's settings is `warmstart.engine`.
+"""

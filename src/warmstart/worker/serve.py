@@ -31,11 +31,11 @@ from typing import Any
 from warmstart.boot import Boot, exit_on_signals, run_boot
 from warmstart.plan import plan_boot, stage
 
+from ..engine.process import EngineFailed
 from ..limits import RUNPOD_INIT_TIMEOUT_S
 from ..redact import Redactor
 from ..settings import Settings, from_env
 from ..store.history import BootHistory, KeyStore
-from ..vllm.engine import EngineFailed
 from .handler import JobHandler, make_handler
 from .upkeep import ServingUpkeep
 
@@ -140,8 +140,8 @@ def local_api_hint(rest: list[str]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = from_env(os.environ, volume=getattr(args, "volume", None))
-    redactor = Redactor.from_env(os.environ)
+    settings = from_env(args.environ, volume=getattr(args, "volume", None))
+    redactor = Redactor.from_env(settings.environ)
     # Until the Runpod SDK installs its own handlers, a SIGTERM must still stop a booting vLLM.
     exit_on_signals()
 

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..settings import Settings
-from .argv import parse_argv
-from .flagtypes import FLAGS
+from ..vllm.argv import parse_argv
+from ..vllm.flagtypes import FLAGS
 
 SEQS_DEST = "max_num_seqs"
 CAPTURE_DESTS = ("cudagraph_capture_sizes", "max_cudagraph_capture_size")

