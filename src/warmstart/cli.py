@@ -14,13 +14,11 @@ import os
 import sys
 from pathlib import Path
 
+from .errors import EXIT_CONFIG, SettingsError, WarmstartError
 from .redact import Redactor
-from .settings import SettingsError, from_env
+from .settings import from_env
 
 log = logging.getLogger("warmstart")
-
-EXIT_CONFIG = 2
-EXIT_ENGINE = 3
 
 
 def setup_logging() -> None:
@@ -58,17 +56,11 @@ def cmd_boot(args: argparse.Namespace) -> int:
     from warmstart.boot import exit_on_signals, run_boot
     from warmstart.plan import plan_boot
 
-    from .vllm.engine import EngineFailed
-
     exit_on_signals()  # a SIGTERM at any stage still stops vLLM's group and cleans up (run_boot)
     settings = _settings(args)
     plan = plan_boot(settings)
-    redactor = Redactor.from_env(os.environ)
-    try:
-        boot, report = run_boot(plan, redactor)
-    except EngineFailed as exc:
-        log.error("warmstart | engine   | %s", redactor.text(str(exc)))
-        return EXIT_ENGINE
+    # vLLM that exits or never becomes ready raises EngineFailed: dispatch writes its line, exit 3.
+    boot, report = run_boot(plan, Redactor.from_env(os.environ))
     boot.stop()
     if args.json:
         print(report.to_json())
@@ -104,7 +96,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported lazily
     """The volume named by --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (no other setting needed)."""
-    from .settings import SettingsError
     from .store.layout import VolumeLayout
     from .variables import DEFAULT_VOLUME
 
@@ -115,7 +106,6 @@ def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported 
 
 
 def _price(args: argparse.Namespace) -> float | None:
-    from .settings import SettingsError
     from .store.scan import price_from_env
 
     if getattr(args, "price_gb_month", None) is not None:
@@ -200,7 +190,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from .limits import LEASE_TTL_S
-    from .settings import SettingsError
     from .store.gc import GcOptions, parse_size, plan_gc
     from .store.scan import scan_volume
 
@@ -425,23 +414,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run `args.func`; settings, model and engine errors become one readable line and exit 2."""
+    """Run `args.func`. An error meant for the user (settings, model, hardware, vLLM) becomes one readable
+    `warmstart | STAGE | ...` line, redacted, and its class's exit status (errors.py holds the table);
+    any other error keeps its traceback."""
     redactor = Redactor.from_env(os.environ)
     try:
         return int(args.func(args) or 0)
-    except SettingsError as exc:
-        log.error("warmstart | settings | %s", redactor.text(str(exc)))
-        return EXIT_CONFIG
-    except Exception as exc:  # model and engine errors: one readable line, no traceback spam
-        from .hardware import HardwareError
-        from .model import ModelError
-        from .vllm.install import EngineNotFound
-
-        if isinstance(exc, (ModelError, EngineNotFound, HardwareError)):
-            # One line: a Hub error's own explanation continues on the next lines of its message.
-            log.error("warmstart | error    | %s", " ".join(redactor.text(str(exc)).split()))
-            return EXIT_CONFIG
-        raise
+    except WarmstartError as exc:
+        if exc.exit_code is None:  # the store's and a job's errors are handled where raised: this is a bug
+            raise
+        log.error("warmstart | %-8s | %s", exc.stage, exc.user_text(redactor.text))
+        return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

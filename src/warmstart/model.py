@@ -29,13 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .errors import ModelError
+
 log = logging.getLogger("warmstart")
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-
-
-class ModelError(RuntimeError):
-    """The model cannot be resolved to a usable snapshot."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .envnames import REMOVED_VARS, is_vllm_variable
+from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
 from .s3url import check_endpoint_url, parse_s3_url
 from .variables import ENGINE_FLAGS, WRAPPER, Variable
@@ -35,16 +36,6 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 # Flags warmstart sets itself; accepting them from VLLM_EXTRA_ARGS would break the
 # loopback-only rule or the pinned snapshot.
 EXTRA_ARGS_REFUSED = frozenset({"--host", "--port", "--model", "--revision", "--download-dir"})
-
-
-class SettingsError(ValueError):
-    """Bad configuration. `problems` holds one line per offending variable."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        # One problem reads on one line (the log line a user sees first); several, one per line.
-        lines = problems[0] if len(problems) == 1 else "\n  " + "\n  ".join(problems)
-        super().__init__(f"invalid configuration: {lines}")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..envnames import WITHHELD_FROM_VLLM
+from ..errors import EngineFailed
 from ..secrets import is_secret_name
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
@@ -40,18 +41,6 @@ from .install import EngineInfo
 log = logging.getLogger("warmstart")
 
 LOOPBACK = "127.0.0.1"
-
-
-class EngineFailed(RuntimeError):
-    """vLLM exited or did not become ready. `tail` holds its last log lines."""
-
-    def __init__(self, message: str, tail: list[str] | None = None, returncode: int | None = None) -> None:
-        self.tail = tail or []
-        self.returncode = returncode
-        text = message
-        if self.tail:
-            text += "\n--- last lines of vLLM's log ---\n" + "\n".join(self.tail)
-        super().__init__(text)
 
 
 def engine_flag_args(settings: Settings) -> list[str]:

@@ -31,17 +31,15 @@ from typing import Any
 from warmstart.boot import Boot, exit_on_signals, run_boot
 from warmstart.plan import plan_boot, stage
 
+from ..errors import EXIT_ENGINE
 from ..limits import RUNPOD_INIT_TIMEOUT_S
 from ..redact import Redactor
 from ..settings import Settings, from_env
 from ..store.history import BootHistory, KeyStore
-from ..vllm.engine import EngineFailed
 from .handler import JobHandler, make_handler
 from .upkeep import ServingUpkeep
 
 log = logging.getLogger("warmstart")
-
-EXIT_ENGINE_DIED = 3
 
 
 def init_timeout_warning(settings: Settings, ready_times: list[float]) -> str | None:
@@ -124,7 +122,7 @@ class EngineWatchdog:
             except Exception as exc:  # the exit must happen whatever the store does
                 log.warning("warmstart | publish  | final publish failed: %s", self.boot.redactor.text(str(exc)))
         logging.shutdown()
-        self.exit_fn(EXIT_ENGINE_DIED)
+        self.exit_fn(EXIT_ENGINE)
 
 
 def local_api_hint(rest: list[str]) -> str:
@@ -154,11 +152,8 @@ def main(args: argparse.Namespace) -> int:
     watchdog: EngineWatchdog | None = None
     upkeep: ServingUpkeep | None = None
     try:
-        try:
-            boot, report = run_boot(plan, redactor, publish_now=False)
-        except EngineFailed as exc:
-            log.error("warmstart | engine   | %s", redactor.text(str(exc)))
-            return EXIT_ENGINE_DIED
+        # vLLM that exits or never becomes ready raises EngineFailed: cli.dispatch writes its line, exit 3.
+        boot, report = run_boot(plan, redactor, publish_now=False)
         if report.ready_s is not None and (warning := init_timeout_warning(settings, [report.ready_s])) is not None:
             log.warning("warmstart | timeout  | %s", warning)
 
