@@ -14,11 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from . import log
 from .errors import EXIT_CONFIG, SettingsError, WarmstartError
 from .redact import Redactor
 from .settings import from_env
-
-log = logging.getLogger("warmstart")
 
 
 def setup_logging() -> None:
@@ -74,7 +73,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         with open(args.logfile, encoding="utf-8", errors="replace") as handle:
             report = report_from_log(handle)
     except OSError as exc:
-        log.error("warmstart | report   | cannot read %s: %s", args.logfile, exc.strerror or exc)
+        log.error("report", "cannot read %s: %s", args.logfile, exc.strerror or exc)
         return EXIT_CONFIG
     if args.html:
         from .timeline import render_timeline
@@ -83,7 +82,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             [report.to_dict()], title=f"Boot from {Path(args.logfile).name}", subtitle=f"vLLM {report.vllm_version}"
         )
         Path(args.html).write_text(page)
-        log.info("warmstart | timeline | wrote %s", args.html)
+        log.info("timeline", "wrote %s", args.html)
     if args.json:
         print(report.to_json())
     else:
@@ -170,7 +169,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         found = explain.last_boot(scan, None if args.last else args.key)
         if found is None:
             what = "no boot recorded on the volume" if args.last else f"no key {args.key} with a recorded boot"
-            log.error("warmstart | explain  | %s", what)
+            log.error("explain", "%s", what)
             return EXIT_CONFIG
         result = explain.explain_boot(*found)
     else:
@@ -205,7 +204,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     plan = plan_gc(scan, options, ttl_s=ttl)
     if not args.dry_run and not args.yes:
         if not sys.stdin.isatty():
-            log.error("warmstart | gc       | refusing to delete without --yes (or look first with --dry-run)")
+            log.error("gc", "refusing to delete without --yes (or look first with --dry-run)")
             return EXIT_CONFIG
         names = [k.name for k in plan.remove_keys] + [f"{m.name}@{m.revision[:12]}" for m in plan.remove_models]
         print("Will remove:\n  " + ("\n  ".join(names) or "(no key or snapshot)"), file=sys.stderr)
@@ -217,7 +216,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     data = plan.to_json(dry_run=True) if args.dry_run else plan.execute(ttl_s=ttl).to_json(plan)
     errors = data.get("errors", [])
     for error in errors:
-        log.error("warmstart | gc       | %s (the other steps ran)", error)
+        log.error("gc", "%s (the other steps ran)", error)
     if args.json:
         print(json.dumps(data, indent=2))
         return 1 if errors else 0
@@ -244,13 +243,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     else:  # the key that booted last
         key = max(scan.keys, key=lambda k: k.last_used or "", default=None)
     if key is None:
-        log.error(
-            "warmstart | timeline | %s", f"no key {args.key} on the volume" if args.key else "no key on the volume"
-        )
+        log.error("timeline", "%s", f"no key {args.key} on the volume" if args.key else "no key on the volume")
         return EXIT_CONFIG
     subtitle = f"{key.model}@{(key.revision or '?')[:12]} on {key.hardware}, vLLM {key.vllm}, {key.mode} mode"
     Path(args.html).write_text(render_timeline(list(key.history), title=key.name, subtitle=subtitle))
-    log.info("warmstart | timeline | %d boot(s) of %s -> %s", len(key.history), key.name, args.html)
+    log.info("timeline", "%d boot(s) of %s -> %s", len(key.history), key.name, args.html)
     return 0
 
 
@@ -284,7 +281,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     assert plan is not None
     if not samples:
-        log.error("warmstart | predict  | no completed boot recorded on %s: nothing to fit", layout.root)
+        log.error("predict", "no completed boot recorded on %s: nothing to fit", layout.root)
         return EXIT_CONFIG
     x = predict.features_of(plan.key.factors, plan.model.bytes, predict.config_layers(plan.model.path))
     timeout = plan.settings.runpod_init_timeout_s
@@ -296,7 +293,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     data["key"] = plan.key.dirname
     for w in data["warnings"]:
-        log.warning("warmstart | predict  | %s", w)
+        log.warning("predict", "%s", w)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -423,7 +420,7 @@ def dispatch(args: argparse.Namespace) -> int:
     except WarmstartError as exc:
         if exc.exit_code is None:  # the store's and a job's errors are handled where raised: this is a bug
             raise
-        log.error("warmstart | %-8s | %s", exc.stage, exc.user_text(redactor.text))
+        log.error(exc.stage, "%s", exc.user_text(redactor.text))
         return exc.exit_code
 
 

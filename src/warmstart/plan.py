@@ -7,7 +7,6 @@ what a boot then finds (the model link, the tiers' results) is the boot's, not t
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import log
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
 from .key import CacheKey, derive_key
 from .model import ResolvedModel, resolve, vllm_model_path
@@ -27,12 +27,6 @@ from .store.placement import place_caches, probe_volume
 from .store.siblings import SeedPlan, plan_seed
 from .vllm.argv import last_flag_value
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine
-
-log = logging.getLogger("warmstart")
-
-
-def stage(name: str, message: str, *args: Any) -> None:
-    log.info("warmstart | %-8s | " + message, name, *args)
 
 
 @dataclass(frozen=True)
@@ -138,10 +132,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     t0 = time.monotonic()
     volume = probe_volume(settings, write=write)
     if volume.read_only is not None:
-        log.warning("warmstart | volume   | %s", volume.warnings[0])
+        log.warning("volume", "%s", volume.warnings[0])
     elif not volume.layout.on_volume:
         log.warning(
-            "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
+            "volume",
+            "no volume mounted at %s; using local caches at %s (lost when the worker stops)",
             settings.volume,
             volume.layout.root,
         )
@@ -154,7 +149,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
         stall_s=settings.hub_stall_s,
     )
-    stage(
+    log.info(
         "model",
         "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
         model.name,
@@ -168,10 +163,10 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     engine = probe_engine(find_vllm_python(settings.vllm_python))
     probe = detect_engine_hardware(settings, engine, os.environ)
     hardware = probe.hardware
-    stage("hardware", "%s", describe(probe))
+    log.info("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)
     key = derive_key(settings, model, hardware, engine, derived)
-    stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
+    log.info("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
     place = place_caches(settings, volume, key)
     s3 = _open_s3(settings, key) if place.open_s3 else None
@@ -221,5 +216,7 @@ def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:
         spool_dir=settings.local_cache_dir / "spool",
         compression=settings.bundle_compression,
     )
-    stage("s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "")
+    log.info(
+        "s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else ""
+    )
     return s3

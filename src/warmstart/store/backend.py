@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import socket
 import threading
@@ -25,14 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .. import log
 from .bundle import BundleRef, Generation, StoreError, gen_name
 
 GENERATIONS = "generations"
 BUNDLES = "bundles"
 READERS = "readers"
 LEASE = "publish.lease"
-
-log = logging.getLogger("warmstart")
 
 
 def step(name: str) -> None:
@@ -44,7 +42,7 @@ def step(name: str) -> None:
     """
     if os.environ.get("WARMSTART_TEST_STEPS") != "1":
         return
-    log.info("warmstart | step     | %s", name)
+    log.info("step", "%s", name)
     if os.environ.get("WARMSTART_TEST_PAUSE_AT") == name:
         resume = Path(os.environ.get("WARMSTART_TEST_RESUME", "/nonexistent/resume"))
         while not resume.exists():
@@ -161,7 +159,7 @@ class Lease(ABC):
                 try:
                     self.renew()
                 except (OSError, StoreError) as exc:
-                    log.warning("warmstart | publish  | could not renew the lease: %s", exc)
+                    log.warning("publish", "could not renew the lease: %s", exc)
 
         thread = threading.Thread(target=run, name="lease-renewal", daemon=True)
         thread.start()

@@ -16,7 +16,6 @@ already redacted.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -25,10 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import log
 from ..key import CacheKey
 from .layout import VolumeLayout
-
-log = logging.getLogger("warmstart")
 
 MANIFEST_VERSION = 1
 
@@ -100,7 +98,7 @@ class KeyStore:
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
-            log.warning("warmstart | store    | %s", message)
+            log.warning("store", "%s", message)
 
     @property
     def boots_path(self) -> Path:

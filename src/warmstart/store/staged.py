@@ -35,7 +35,6 @@ Like huggingface_hub's cache manager, each operation is a scan, then a plan, the
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import socket
@@ -45,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import log
 from ..limits import LEASE_TTL_S
 from ..tree import scan_tree
 from .backend import (
@@ -70,9 +70,6 @@ from .extract import extract_bundle
 from .garbage import collect_garbage
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
 from .staging import clear_leftovers, replace_cache
-
-log = logging.getLogger("warmstart")
-
 
 MAX_BUNDLES = 8  # more deltas than this and the next publish writes one full bundle
 
@@ -150,7 +147,7 @@ def restore(
             # removes meanwhile fails its check and the next generation is tried). An unreachable
             # store fails again at the next request.
             if not unregistered:
-                log.warning("warmstart | restore  | cannot register as a reader (%s): restoring unprotected", exc)
+                log.warning("restore", "cannot register as a reader (%s): restoring unprotected", exc)
                 unregistered = True
         try:
             step("restore:registered")
@@ -301,7 +298,7 @@ def _fetch_carry(store: BundleStore, plan: PublishPlan, into: Path) -> dict[str,
         except StoreUnavailable:
             raise
         except StoreError as exc:
-            log.warning("warmstart | publish  | compaction leaves out %d files: %s", len(wanted), exc)
+            log.warning("publish", "compaction leaves out %d files: %s", len(wanted), exc)
             continue
         out.update(dict.fromkeys(wanted, into))
     return out
@@ -381,8 +378,8 @@ def publish(
         got = lease.try_acquire()
         if not got:
             log.info(
-                "warmstart | publish  | the publish lease is held by %s: waiting up to %.0f s, then publishing "
-                "only what its generation lacks",
+                "publish",
+                "the publish lease is held by %s: waiting up to %.0f s, then publishing only what its generation lacks",
                 lease.current_holder() or "?",
                 lease_wait_s,
             )
@@ -401,7 +398,7 @@ def publish(
             try:
                 collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
             except (OSError, StoreError) as exc:
-                log.warning("warmstart | publish  | garbage collection failed: %s", exc)
+                log.warning("publish", "garbage collection failed: %s", exc)
             step("publish:collected")
         return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
@@ -415,4 +412,4 @@ def publish(
         try:
             lease.release()
         except (OSError, StoreError) as exc:
-            log.warning("warmstart | publish  | could not release the lease (it expires by itself): %s", exc)
+            log.warning("publish", "could not release the lease (it expires by itself): %s", exc)

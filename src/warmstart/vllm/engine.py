@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import logging
 import os
 import signal
 import socket
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from .. import log
 from ..envnames import WITHHELD_FROM_VLLM
 from ..errors import EngineFailed
 from ..secrets import is_secret_name
@@ -37,8 +37,6 @@ from ..variables import ENGINE_FLAGS
 from .concurrency import fit_concurrency
 from .hashing import VLLM_HASHED_UNPREFIXED
 from .install import EngineInfo
-
-log = logging.getLogger("warmstart")
 
 LOOPBACK = "127.0.0.1"
 
@@ -346,7 +344,7 @@ class EngineProcess:
             try:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                log.warning("warmstart | engine   | vLLM ignored SIGTERM for %.0f s; killing it", grace_s)
+                log.warning("engine", "vLLM ignored SIGTERM for %.0f s; killing it", grace_s)
         # The API server may be gone while its engine core lingers: clear the group either way.
         self._signal_group(signal.SIGKILL)
         try:

@@ -1,0 +1,61 @@
+"""The progress lines keep the shape users, docs and `warmstart report` read: `warmstart | STAGE    | text`,
+the stage padded to 8 characters, written by one helper (log.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from warmstart import log
+
+
+@pytest.fixture
+def records():
+    got: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            got.append(record)
+
+    logger = logging.getLogger("warmstart")
+    handler, level = Collect(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # as cli.setup_logging sets it
+    yield got
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.mark.parametrize(
+    ("stage", "expected"),
+    [
+        ("s3", "warmstart | s3       | x"),
+        ("engine", "warmstart | engine   | x"),
+        ("why miss", "warmstart | why miss | x"),
+        ("settings", "warmstart | settings | x"),
+        ("longerstage", "warmstart | longerstage | x"),  # never cut
+    ],
+)
+def test_the_stage_is_padded_as_the_lines_always_were(stage, expected):
+    assert log.line(stage, "x") == expected
+
+
+def test_a_message_is_formatted_with_its_arguments_and_at_its_level(records):
+    log.warning("publish", "%s: %d file(s)", "volume", 3)
+    log.error("engine", "gone")
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.WARNING, "warmstart | publish  | volume: 3 file(s)"),
+        (logging.ERROR, "warmstart | engine   | gone"),
+    ]
+
+
+def test_a_message_without_arguments_is_written_as_is(records):
+    log.info("gc", "100% of nothing")  # a literal percent sign is not a format
+    assert records[0].getMessage() == "warmstart | gc       | 100% of nothing"
+
+
+def test_the_record_names_the_caller_not_the_helper(records):
+    log.info("key", "k")
+    assert records[0].filename == "test_log.py"
+    assert records[0].funcName == "test_the_record_names_the_caller_not_the_helper"
