@@ -3,7 +3,9 @@ the stage padded to 8 characters, written by one helper (log.py)."""
 
 from __future__ import annotations
 
+import ast
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,18 @@ def test_the_record_names_the_caller_not_the_helper(records):
     log.info("key", "k")
     assert records[0].filename == "test_log.py"
     assert records[0].funcName == "test_the_record_names_the_caller_not_the_helper"
+
+
+def test_no_module_pads_a_stage_by_hand():
+    """Every `warmstart | STAGE |` line comes from log.py: no other string in the package starts that way."""
+    package = Path(log.__file__).parent
+    found = set()  # (an f-string's head is found twice: as its head and as a constant)
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "log.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.JoinedStr) and node.values:
+                node = node.values[0]  # an f-string: its literal head
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("warmstart | "):
+                found.add(f"{path.relative_to(package)}:{node.lineno}")
+    assert sorted(found) == []
