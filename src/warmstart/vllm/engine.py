@@ -31,7 +31,7 @@ from typing import TextIO
 from .. import log
 from ..envnames import WITHHELD_FROM_VLLM
 from ..errors import EngineFailed
-from ..secrets import is_secret_name
+from ..secrets import looks_secret
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
 from .concurrency import fit_concurrency
@@ -158,7 +158,7 @@ def reaches_vllm(name: str, inherited: Mapping[str, str] | None = None) -> bool:
         return False
     if name in names or (prefixes and name.startswith(prefixes)):
         return True
-    if is_secret_name(name) and name not in SECRETS_VLLM_READS:
+    if looks_secret(name) and name not in SECRETS_VLLM_READS:
         return False
     return name in ENGINE_ENV_NAMES or name.startswith(ENGINE_ENV_PREFIXES) or name in VLLM_HASHED_UNPREFIXED
 
