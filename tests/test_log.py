@@ -4,7 +4,10 @@ the stage padded to 8 characters, written by one helper (log.py)."""
 from __future__ import annotations
 
 import ast
+import copy
+import json
 import logging
+import pickle
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,26 @@ def test_no_module_pads_a_stage_by_hand():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("warmstart | "):
                 found.add(f"{path.relative_to(package)}:{node.lineno}")
     assert sorted(found) == []
+
+
+def test_a_stage_warning_is_its_text_and_logs_under_its_stage(records):
+    warning = log.StageWarning("volume", "no volume at /v: 100% local")
+    assert warning == "no volume at /v: 100% local" and warning.stage == "volume"
+    assert json.dumps({"warnings": [warning]}) == '{"warnings": ["no volume at /v: 100% local"]}'  # the report's JSON
+    for copied in (copy.deepcopy(warning), pickle.loads(pickle.dumps(warning))):  # dataclasses.asdict deep-copies
+        assert (copied, copied.stage, type(copied)) == (warning, "volume", log.StageWarning)
+    warning.log()
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.WARNING, "warmstart | volume   | no volume at /v: 100% local")
+    ]
+
+
+def test_the_plans_warnings_carry_the_stage_they_come_from(tmp_path):
+    from warmstart.settings import from_env
+    from warmstart.store.placement import place_volume
+
+    settings = from_env({"MODEL_NAME": "org/m", "SWAP_SPACE": "4"}, volume=str(tmp_path / "absent"))
+    assert [w.stage for w in settings.warnings] == ["settings"]
+    assert "SWAP_SPACE" in settings.warnings[0]
+    (warning,) = place_volume(settings, mounted=False, not_writable=None).warnings
+    assert warning.stage == "volume" and warning.startswith("no volume at")

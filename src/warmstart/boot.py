@@ -26,6 +26,7 @@ from warmstart.vllm.phases import LogEvidence
 
 from . import log
 from .hardware import engine_world_size
+from .log import StageWarning
 from .model import link_model
 from .plan import BootPlan
 from .redact import Redactor
@@ -80,7 +81,7 @@ class Boot:
     prefetcher: Prefetcher | None = None
     # vLLM began loading weights (its bootstrap ended): the engine clock, and what the prefetch had read by then
     load_start: tuple[float, int] | None = None
-    link_warning: str | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
+    link_warning: StageWarning | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
     on_serving_line: Callable[[str], None] | None = None  # after ready: each line of vLLM's (worker/upkeep.py)
     seeded: SeedResult | None = None  # staged, no generation of its own: what a sibling key seeded
     seed_use: dict[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
@@ -126,7 +127,8 @@ class Boot:
         try:
             self.store.touch()
         except OSError as exc:  # a full or vanished volume: boot anyway, say so
-            self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
+            kept = f"could not write the key's manifest on the volume: {exc.strerror or exc}"
+            self.store.warnings.append(StageWarning("store", kept))
             log.warning("store", "could not write the key's manifest on the volume: %s", exc)
         if plan.tiers:
             self.restore()
@@ -232,8 +234,10 @@ class Boot:
             if link_model(plan.vllm_model, plan.model.path):
                 log.info("model", "vLLM path %s -> %s", plan.vllm_model, plan.model.path)
         except OSError as exc:
-            warning = f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
-            log.warning("model", "%s", warning)
+            warning = StageWarning(
+                "model", f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
+            )
+            warning.log()
             self.link_warning = warning
 
     @property
@@ -242,7 +246,7 @@ class Boot:
         return self.plan.model.path if self.link_warning is not None else self.plan.model_arg
 
     @property
-    def warnings(self) -> tuple[str, ...]:
+    def warnings(self) -> tuple[StageWarning, ...]:
         """The plan's warnings and those of this boot's start."""
         return (*self.plan.warnings, *((self.link_warning,) if self.link_warning else ()))
 

@@ -5,6 +5,7 @@ the tests and `warmstart report` read these lines by that shape (the stage padde
 a longer one followed by one space). `info`/`warning`/`error` take a %-format message and its
 arguments as `logging` does (formatted only when written, so a message without arguments is
 written as is); `line` is the same text for lines written elsewhere (the report, a signal handler).
+A warning that is both kept (for the report) and logged is a `StageWarning`: its text and its stage.
 """
 
 from __future__ import annotations
@@ -31,3 +32,25 @@ def warning(stage: str, message: str, *args: object) -> None:
 
 def error(stage: str, message: str, *args: object) -> None:
     logger.error(line(stage, message), *args, stacklevel=2)
+
+
+class StageWarning(str):
+    """A warning's text that also knows the stage it is logged under. It is a `str`, the text itself, so
+    the plan, the report, its JSON and `warmstart key --json` carry it as the plain text they always did;
+    `log()` writes it as `warmstart | STAGE | text` where it is raised."""
+
+    stage: str
+
+    def __new__(cls, stage: str, text: str) -> StageWarning:
+        made = super().__new__(cls, text)
+        made.stage = stage
+        return made
+
+    def __getnewargs__(self) -> tuple[str, str]:  # copy, deepcopy (dataclasses.asdict) and pickle
+        return (self.stage, str(self))
+
+    def __repr__(self) -> str:
+        return f"StageWarning({self.stage!r}, {str(self)!r})"
+
+    def log(self) -> None:
+        logger.warning(line(self.stage, "%s"), str(self), stacklevel=2)

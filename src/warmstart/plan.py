@@ -17,6 +17,7 @@ from typing import Any
 from . import log
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
 from .key import CacheKey, derive_key
+from .log import StageWarning
 from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings
@@ -42,7 +43,7 @@ class BootPlan:
     cache_dirs: CacheDirs
     derived_env: Mapping[str, str]
     engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
-    warnings: tuple[str, ...]
+    warnings: tuple[StageWarning, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
     s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
@@ -132,7 +133,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     t0 = time.monotonic()
     volume = probe_volume(settings, write=write)
     if volume.read_only is not None:
-        log.warning("volume", "%s", volume.warnings[0])
+        volume.warnings[0].log()
     elif not volume.layout.on_volume:
         log.warning(
             "volume",
@@ -194,7 +195,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         place.cache_dirs,
         derived,
         env,
-        (*settings.warnings, *volume.warnings, *probe.notes, *place.warnings),
+        (*settings.warnings, *volume.warnings, *(StageWarning("hardware", n) for n in probe.notes), *place.warnings),
         time.monotonic() - t0,
         StagedStore(place.staged_root, settings.bundle_compression) if place.staged_root is not None else None,
         s3,

@@ -23,6 +23,7 @@ from typing import Any
 from .envnames import REMOVED_VARS, is_vllm_variable
 from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
+from .log import StageWarning
 from .s3url import check_endpoint_url, parse_s3_url
 from .variables import ENGINE_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
@@ -77,7 +78,7 @@ class Settings:
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
     seed_siblings: str
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[StageWarning, ...] = ()
 
     @property
     def engine(self) -> dict[str, str]:
@@ -294,7 +295,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         **values,
         engine_values=tuple(engine_values),
         vllm_env=vllm_env,
-        warnings=tuple(warnings),
+        warnings=tuple(StageWarning("settings", w) for w in warnings),
     )
 
 

@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import log
 from ..key import CacheKey
+from ..log import StageWarning
 from .layout import VolumeLayout
 
 MANIFEST_VERSION = 1
@@ -89,7 +89,7 @@ class KeyStore:
 
     layout: VolumeLayout
     key: CacheKey
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[StageWarning] = field(default_factory=list)
 
     @property
     def manifest_path(self) -> Path:
@@ -97,8 +97,9 @@ class KeyStore:
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
-            self.warnings.append(message)
-            log.warning("store", "%s", message)
+            warning = StageWarning("store", message)
+            self.warnings.append(warning)
+            warning.log()
 
     @property
     def boots_path(self) -> Path:
