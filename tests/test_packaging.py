@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from helpers.run import REPO, base_env, run_warmstart
-from warmstart.envnames import REMOVED_VARS, is_secret_name, known_variables
+from warmstart.envnames import REMOVED_VARS, is_secret_variable, known_variables
 from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
 from warmstart.settings import from_env, render_reference
@@ -96,7 +96,7 @@ def test_the_configuration_reference_is_the_tables_rendering():
 def test_secret_column_is_the_secret_name_rule():
     for var in VARIABLES:
         assert var.secret == bool(re.search(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", var.env)), var.env
-        assert var.secret == is_secret_name(var.env), var.env
+        assert var.secret == is_secret_variable(var.env), var.env
 
 
 _HUB_TYPES = {"int": "number", "float": "number", "fraction": "number", "bool": "boolean", "pair_bool": "boolean"}

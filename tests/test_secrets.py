@@ -33,7 +33,7 @@ from helpers.sentinels import (
 from helpers.worker import Worker
 from warmstart.engine.process import free_port
 from warmstart.redact import Redactor
-from warmstart.secrets import MASK
+from warmstart.secrets import MASK, looks_secret
 from warmstart.settings import from_env
 from warmstart.worker.handler import JobHandler, make_handler
 from warmstart_dev.testmodel import write_test_model
@@ -171,6 +171,19 @@ def test_handler_passes_the_api_key_that_vllm_demands(tmp_path, fake_vllm_python
 
 def test_sentinels_are_secret_named():
     """Every sentinel variable is one warmstart treats as secret (else the test above proves nothing new)."""
-    from warmstart.envnames import is_secret_name
+    from warmstart.envnames import is_secret_variable
 
-    assert all(is_secret_name(name) for name in SENTINELS)
+    assert all(is_secret_variable(name) for name in SENTINELS)
+
+
+def test_a_name_looks_secret_by_its_shape_declared_or_not():
+    """secrets.looks_secret answers for any variable or flag by its name alone (the redactor's rule);
+    envnames.is_secret_variable adds what the table declares, so it never says less."""
+    from warmstart.envnames import is_secret_variable
+    from warmstart.variables import VARIABLES
+
+    for name in ("MY_SERVICE_TOKEN", "db_password", "--hf-token", "--api-key", "--some-secret", "AWS_ACCESS_KEY_ID"):
+        assert looks_secret(name) and is_secret_variable(name), name
+    for name in ("MAX_MODEL_LEN", "--max-num-seqs", "TOKENIZER", "KEYS_DIR", "--tokenizer"):
+        assert not looks_secret(name) and not is_secret_variable(name), name
+    assert all(is_secret_variable(v.env) for v in VARIABLES if v.secret)

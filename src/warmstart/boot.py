@@ -8,7 +8,6 @@ Each stage logs one line a person can read.
 
 from __future__ import annotations
 
-import logging
 import os
 import resource
 import signal
@@ -25,11 +24,13 @@ from warmstart.store.publish import PublishResult
 from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
+from . import log
 from .engine.concurrency import fit_words
 from .engine.process import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .hardware import engine_world_size
+from .log import StageWarning
 from .model import link_model
-from .plan import BootPlan, stage
+from .plan import BootPlan
 from .redact import Redactor
 from .report import BootObservation, build_report, expectation
 from .store.bundle import StoreError
@@ -43,8 +44,6 @@ from .tree import TreeScan, scan_tree
 from .vllm import evidence
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
-
-log = logging.getLogger("warmstart")
 
 
 def process_age() -> float:
@@ -82,7 +81,7 @@ class Boot:
     prefetcher: Prefetcher | None = None
     # vLLM began loading weights (its bootstrap ended): the engine clock, and what the prefetch had read by then
     load_start: tuple[float, int] | None = None
-    link_warning: str | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
+    link_warning: StageWarning | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
     on_serving_line: Callable[[str], None] | None = None  # after ready: each line of vLLM's (worker/upkeep.py)
     seeded: SeedResult | None = None  # staged, no generation of its own: what a sibling key seeded
     seed_use: dict[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
@@ -92,7 +91,7 @@ class Boot:
             self.on_serving_line(line.text)
         for marker in self.evidence.feed(line.text, line.t):
             if marker.name == "aot_load_failed":
-                stage("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
+                log.info("compile", "vLLM could not load its compile cache (%s): recompiling", marker.groups[1].strip())
         if self.prefetcher is not None:
             if self.load_start is None and LOAD_START.search(line.text):
                 self.load_start = (line.t, self.prefetcher.progress())
@@ -115,7 +114,7 @@ class Boot:
     def stop_prefetch(self, reason: str) -> None:
         if self.prefetcher is not None and self.prefetcher.running:
             self.prefetcher.stop(reason)
-            stage("weights", "prefetch stopped: %s", reason)
+            log.info("weights", "prefetch stopped: %s", reason)
 
     def prepare(self) -> None:
         """Records, directories and the 'before' picture of every cache layer."""
@@ -128,14 +127,15 @@ class Boot:
         try:
             self.store.touch()
         except OSError as exc:  # a full or vanished volume: boot anyway, say so
-            self.store.warnings.append(f"could not write the key's manifest on the volume: {exc.strerror or exc}")
-            log.warning("warmstart | store    | could not write the key's manifest on the volume: %s", exc)
+            kept = f"could not write the key's manifest on the volume: {exc.strerror or exc}"
+            self.store.warnings.append(StageWarning("store", kept))
+            log.warning("store", "could not write the key's manifest on the volume: %s", exc)
         if plan.tiers:
             self.restore()
         plan.cache_dirs.create()
         self.before = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         present = sum(len(s.files) for s in self.before.values())
-        stage(
+        log.info(
             "cache",
             "expect %s: %d earlier boot(s) of this key, %d cache files present under %s",
             self.expected,
@@ -159,7 +159,7 @@ class Boot:
                 revision=plan.model.revision,
             )
         except OSError as exc:
-            log.warning("warmstart | store    | could not mark the boot in progress on the volume: %s", exc)
+            log.warning("store", "could not mark the boot in progress on the volume: %s", exc)
 
     def unmark_booting(self) -> None:
         if self.marker is not None:
@@ -221,7 +221,7 @@ class Boot:
                 if deadline.expired:
                     raise StoreError(deadline.reason)
             except Exception as exc:  # a store that fails here is a warning, as a failed publish is
-                log.warning("warmstart | publish  | could not record the key's factors in the S3 store: %s", exc)
+                log.warning("publish", "could not record the key's factors in the S3 store: %s", exc)
         return self.published.first
 
     def link_model(self) -> None:
@@ -232,10 +232,12 @@ class Boot:
             return
         try:
             if link_model(plan.vllm_model, plan.model.path):
-                stage("model", "vLLM path %s -> %s", plan.vllm_model, plan.model.path)
+                log.info("model", "vLLM path %s -> %s", plan.vllm_model, plan.model.path)
         except OSError as exc:
-            warning = f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
-            log.warning("warmstart | model    | %s", warning)
+            warning = StageWarning(
+                "model", f"cannot link {plan.vllm_model} -> {plan.model.path} ({exc}): vLLM gets the snapshot path"
+            )
+            warning.log()
             self.link_warning = warning
 
     @property
@@ -244,7 +246,7 @@ class Boot:
         return self.plan.model.path if self.link_warning is not None else self.plan.model_arg
 
     @property
-    def warnings(self) -> tuple[str, ...]:
+    def warnings(self) -> tuple[StageWarning, ...]:
         """The plan's warnings and those of this boot's start."""
         return (*self.plan.warnings, *((self.link_warning,) if self.link_warning else ()))
 
@@ -260,7 +262,9 @@ class Boot:
         self.engine.start()
         world = engine_world_size(plan.settings.engine, plan.settings.extra_args)
         fit = fit_words(plan.fit, plan.hardware.kind, world)
-        stage("engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit)
+        log.info(
+            "engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit
+        )
 
     def wait_ready(self) -> float:
         assert self.engine is not None
@@ -272,7 +276,7 @@ class Boot:
         self.ready_s = round(time.monotonic() - self.t0, 3)
         self.seed_use = seed_use(self.seeded, self.plan.cache_dirs.base)  # before a publish reads every file
         usage = resource.getrusage(resource.RUSAGE_SELF)  # this process only: not vLLM's
-        stage(
+        log.info(
             "engine",
             "vLLM serves after %.1f s (engine %.1f s; vLLM started %.2f s into the boot; wrapper CPU %.2f s)",
             self.ready_s,
@@ -338,7 +342,7 @@ class Boot:
         try:
             self.store.record_boot(report.to_dict())
         except OSError as exc:  # a full or read-only volume must not take the worker down
-            log.warning("warmstart | store    | could not record the boot on the volume: %s", exc)
+            log.warning("store", "could not record the boot on the volume: %s", exc)
         self.unmark_booting()
 
     def stop(self) -> int | None:
@@ -366,10 +370,10 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     global _exiting
     name = signal.Signals(signum).name
     if _exiting:
-        _say(f"warmstart | signal   | {name} again: still cleaning up\n")
+        _say(log.line("signal", f"{name} again: still cleaning up\n"))
         return
     _exiting = True
-    _say(f"warmstart | signal   | {name}: stopping vLLM and cleaning up\n")
+    _say(log.line("signal", f"{name}: stopping vLLM and cleaning up\n"))
     raise SystemExit(128 + signum)
 
 
@@ -418,5 +422,5 @@ def run_boot(
 
 def emit_report(report: BootReport) -> None:
     for line in [*report.lines(), *seed_lines(report.staged)]:
-        log.info("%s", line)
-    log.info("warmstart | report   | json %s", report.to_json())
+        log.logger.info("%s", line)
+    log.info("report", "json %s", report.to_json())

@@ -13,13 +13,10 @@ import logging
 import sys
 from pathlib import Path
 
+from . import log
+from .errors import EXIT_CONFIG, SettingsError, WarmstartError
 from .redact import Redactor
-from .settings import SettingsError, from_env, process_environment
-
-log = logging.getLogger("warmstart")
-
-EXIT_CONFIG = 2
-EXIT_ENGINE = 3
+from .settings import from_env, process_environment
 
 
 def setup_logging() -> None:
@@ -57,17 +54,11 @@ def cmd_boot(args: argparse.Namespace) -> int:
     from warmstart.boot import exit_on_signals, run_boot
     from warmstart.plan import plan_boot
 
-    from .engine.process import EngineFailed
-
     exit_on_signals()  # a SIGTERM at any stage still stops vLLM's group and cleans up (run_boot)
     settings = _settings(args)
     plan = plan_boot(settings)
-    redactor = Redactor.from_env(settings.environ)
-    try:
-        boot, report = run_boot(plan, redactor)
-    except EngineFailed as exc:
-        log.error("warmstart | engine   | %s", redactor.text(str(exc)))
-        return EXIT_ENGINE
+    # vLLM that exits or never becomes ready raises EngineFailed: dispatch writes its line, exit 3.
+    boot, report = run_boot(plan, Redactor.from_env(settings.environ))
     boot.stop()
     if args.json:
         print(report.to_json())
@@ -81,7 +72,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         with open(args.logfile, encoding="utf-8", errors="replace") as handle:
             report = report_from_log(handle)
     except OSError as exc:
-        log.error("warmstart | report   | cannot read %s: %s", args.logfile, exc.strerror or exc)
+        log.error("report", "cannot read %s: %s", args.logfile, exc.strerror or exc)
         return EXIT_CONFIG
     if args.html:
         from .timeline import render_timeline
@@ -90,7 +81,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             [report.to_dict()], title=f"Boot from {Path(args.logfile).name}", subtitle=f"vLLM {report.vllm_version}"
         )
         Path(args.html).write_text(page)
-        log.info("warmstart | timeline | wrote %s", args.html)
+        log.info("timeline", "wrote %s", args.html)
     if args.json:
         print(report.to_json())
     else:
@@ -103,7 +94,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported lazily
     """The volume named by --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (no other setting needed)."""
-    from .settings import SettingsError, volume_root
+    from .settings import volume_root
     from .store.layout import VolumeLayout
 
     root = volume_root(args.environ, args.volume)
@@ -113,7 +104,6 @@ def _layout(args: argparse.Namespace):  # noqa: ANN202 - VolumeLayout, imported 
 
 
 def _price(args: argparse.Namespace) -> float | None:
-    from .settings import SettingsError
     from .store.scan import price_from_env
 
     if getattr(args, "price_gb_month", None) is not None:
@@ -178,7 +168,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         found = explain.last_boot(scan, None if args.last else args.key)
         if found is None:
             what = "no boot recorded on the volume" if args.last else f"no key {args.key} with a recorded boot"
-            log.error("warmstart | explain  | %s", what)
+            log.error("explain", "%s", what)
             return EXIT_CONFIG
         result = explain.explain_boot(*found)
     else:
@@ -197,7 +187,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from .settings import SettingsError, read_one
+    from .settings import read_one
     from .store.gc import GcOptions, parse_size, plan_gc
     from .store.scan import scan_volume
 
@@ -213,7 +203,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     plan = plan_gc(scan, options, ttl_s=ttl)
     if not args.dry_run and not args.yes:
         if not sys.stdin.isatty():
-            log.error("warmstart | gc       | refusing to delete without --yes (or look first with --dry-run)")
+            log.error("gc", "refusing to delete without --yes (or look first with --dry-run)")
             return EXIT_CONFIG
         names = [k.name for k in plan.remove_keys] + [f"{m.name}@{m.revision[:12]}" for m in plan.remove_models]
         print("Will remove:\n  " + ("\n  ".join(names) or "(no key or snapshot)"), file=sys.stderr)
@@ -225,7 +215,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     data = plan.to_json(dry_run=True) if args.dry_run else plan.execute(ttl_s=ttl).to_json(plan)
     errors = data.get("errors", [])
     for error in errors:
-        log.error("warmstart | gc       | %s (the other steps ran)", error)
+        log.error("gc", "%s (the other steps ran)", error)
     if args.json:
         print(json.dumps(data, indent=2))
         return 1 if errors else 0
@@ -252,13 +242,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     else:  # the key that booted last
         key = max(scan.keys, key=lambda k: k.last_used or "", default=None)
     if key is None:
-        log.error(
-            "warmstart | timeline | %s", f"no key {args.key} on the volume" if args.key else "no key on the volume"
-        )
+        log.error("timeline", "%s", f"no key {args.key} on the volume" if args.key else "no key on the volume")
         return EXIT_CONFIG
     subtitle = f"{key.model}@{(key.revision or '?')[:12]} on {key.hardware}, vLLM {key.vllm}, {key.mode} mode"
     Path(args.html).write_text(render_timeline(list(key.history), title=key.name, subtitle=subtitle))
-    log.info("warmstart | timeline | %d boot(s) of %s -> %s", len(key.history), key.name, args.html)
+    log.info("timeline", "%d boot(s) of %s -> %s", len(key.history), key.name, args.html)
     return 0
 
 
@@ -292,7 +280,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     assert plan is not None
     if not samples:
-        log.error("warmstart | predict  | no completed boot recorded on %s: nothing to fit", layout.root)
+        log.error("predict", "no completed boot recorded on %s: nothing to fit", layout.root)
         return EXIT_CONFIG
     x = predict.features_of(plan.key.factors, plan.model.bytes, predict.config_layers(plan.model.path))
     timeout = plan.settings.runpod_init_timeout_s
@@ -304,7 +292,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     data["key"] = plan.key.dirname
     for w in data["warnings"]:
-        log.warning("warmstart | predict  | %s", w)
+        log.warning("predict", "%s", w)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -423,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run `args.func`; settings, model and engine errors become one readable line and exit 2.
+    """Run `args.func`. An error meant for the user (settings, model, hardware, vLLM) becomes one readable
+    `warmstart | STAGE | ...` line, redacted, and its class's exit status (errors.py holds the table);
+    any other error keeps its traceback.
 
     The process's environment is read here, once, for every command (`warmstart` and `warmstart-dev`
     alike): a command reads it from `args.environ`."""
@@ -431,19 +421,11 @@ def dispatch(args: argparse.Namespace) -> int:
     redactor = Redactor.from_env(args.environ)
     try:
         return int(args.func(args) or 0)
-    except SettingsError as exc:
-        log.error("warmstart | settings | %s", redactor.text(str(exc)))
-        return EXIT_CONFIG
-    except Exception as exc:  # model and engine errors: one readable line, no traceback spam
-        from .hardware import HardwareError
-        from .model import ModelError
-        from .vllm.install import EngineNotFound
-
-        if isinstance(exc, (ModelError, EngineNotFound, HardwareError)):
-            # One line: a Hub error's own explanation continues on the next lines of its message.
-            log.error("warmstart | error    | %s", " ".join(redactor.text(str(exc)).split()))
-            return EXIT_CONFIG
-        raise
+    except WarmstartError as exc:
+        if exc.exit_code is None:  # the store's and a job's errors are handled where raised: this is a bug
+            raise
+        log.error(exc.stage, "%s", exc.user_text(redactor.text))
+        return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

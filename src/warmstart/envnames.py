@@ -6,7 +6,7 @@ questions about any name, declared or not.
 
 from __future__ import annotations
 
-from .secrets import is_secret_name as _is_secret_name
+from .secrets import looks_secret
 from .variables import BY_NAME, SECRET_VARIABLES, VARIABLES
 from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 
@@ -51,7 +51,7 @@ def is_vllm_variable(name: str) -> bool:
     return (name.startswith("VLLM_") or name in VLLM_HASHED_UNPREFIXED) and name not in WITHHELD_FROM_VLLM
 
 
-def is_secret_name(name: str) -> bool:
-    """True for a variable or flag name whose value must never be printed (secrets.py's rule, plus the
-    variables the table marks `secret`)."""
-    return _is_secret_name(name) or name in SECRET_VARIABLES
+def is_secret_variable(name: str) -> bool:
+    """True for a variable warmstart treats as secret: one the table marks `secret`, or one whose name
+    looks secret (secrets.looks_secret, which alone answers for flags)."""
+    return name in SECRET_VARIABLES or looks_secret(name)

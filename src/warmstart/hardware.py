@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import HardwareError
 from .gpus import (
     SMI_QUERY,
     GpuDevice,
@@ -48,10 +49,6 @@ from .gpus import (
     select_visible,
 )
 from .vllm.argv import last_flag_value
-
-
-class HardwareError(RuntimeError):
-    """The machine looks like it has a GPU, but nothing could say which."""
 
 
 @dataclass(frozen=True)

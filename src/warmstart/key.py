@@ -31,10 +31,10 @@ from typing import Any
 
 from .engine.concurrency import ConcurrencyFit
 from .engine.process import engine_flag_args
-from .envnames import is_secret_name
+from .envnames import is_secret_variable
 from .hardware import Hardware
 from .model import ResolvedModel
-from .secrets import MASK, SECRET_JSON_FIELDS
+from .secrets import MASK, SECRET_JSON_FIELDS, looks_secret
 from .settings import Settings
 from .variables import ENGINE_FLAGS
 from .vllm.argv import flags, without_flags
@@ -70,7 +70,7 @@ def _slug(text: str, limit: int = 48) -> str:
 
 def key_extra_args(extra: tuple[str, ...]) -> list[str]:
     """VLLM_EXTRA_ARGS minus the flags (and their values) that cannot change artifacts."""
-    dropped = {name for name in flags(extra) if name in EXTRA_ARGS_NOT_IN_KEY or is_secret_name(name)}
+    dropped = {name for name in flags(extra) if name in EXTRA_ARGS_NOT_IN_KEY or looks_secret(name)}
     return without_flags(extra, dropped)
 
 
@@ -79,7 +79,7 @@ def key_args(settings: Settings, fit: ConcurrencyFit | None = None) -> dict[str,
     VLLM_EXTRA_ARGS), as the values vLLM's parser sets; serving-only flags and secrets left out,
     JSON secret fields masked."""
     argv = [*engine_flag_args(settings, fit), *settings.extra_args]
-    dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or is_secret_name(f)} | FLAGS_NOT_IN_KEY
+    dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or looks_secret(f)} | FLAGS_NOT_IN_KEY
     values = parsed_values(argv, dropped)
     for flag, fields in SECRET_JSON_FIELDS.items():
         dest = dest_of(flag)
@@ -102,7 +102,7 @@ def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> d
     return {
         k: v
         for k, v in sorted(items.items())
-        if k not in MAPPED_ENV and k not in VLLM_ENV_NOT_HASHED and not is_secret_name(k)
+        if k not in MAPPED_ENV and k not in VLLM_ENV_NOT_HASHED and not is_secret_variable(k)
     }
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import threading
@@ -29,15 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-log = logging.getLogger("warmstart")
+from . import log
+from .errors import ModelError
 
 HUB_ENDPOINT = "https://huggingface.co"  # huggingface_hub's default, when HF_ENDPOINT is unset
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-
-
-class ModelError(RuntimeError):
-    """The model cannot be resolved to a usable snapshot."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +194,7 @@ def resolve(
 
     if no_download_reason is not None:
         raise ModelError(f"{name}: {reason}, and downloading is disabled ({no_download_reason})")
-    log.info("warmstart | model    | %s: %s; downloading from the Hub", name, reason)
+    log.info("model", "%s: %s; downloading from the Hub", name, reason)
     path = download(name, revision, hub_cache, token=token, stall_s=stall_s, hub_endpoint=hub_endpoint)
     check = check_snapshot(path)
     if not check.complete:
@@ -246,9 +242,7 @@ class DownloadProgress:
         return total
 
     def report(self) -> None:
-        log.info(
-            "warmstart | model    | download %s: %.1f MB so far", self.repo_id, (self.size() - self.start_bytes) / 1e6
-        )
+        log.info("model", "download %s: %.1f MB so far", self.repo_id, (self.size() - self.start_bytes) / 1e6)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -7,16 +7,17 @@ what a boot then finds (the model link, the tiers' results) is the boot's, not t
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import log
 from .engine.concurrency import ConcurrencyFit, fit_concurrency
 from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
 from .key import CacheKey, derive_key
+from .log import StageWarning
 from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings
@@ -27,12 +28,6 @@ from .store.siblings import SeedPlan, plan_seed
 from .store.volume import StagedStore
 from .vllm.argv import last_flag_value
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine
-
-log = logging.getLogger("warmstart")
-
-
-def stage(name: str, message: str, *args: Any) -> None:
-    log.info("warmstart | %-8s | " + message, name, *args)
 
 
 @dataclass(frozen=True)
@@ -49,7 +44,7 @@ class BootPlan:
     cache_dirs: CacheDirs
     derived_env: Mapping[str, str]
     engine_env: Mapping[str, str]  # what warmstart sets for vLLM (on top of the inherited environment)
-    warnings: tuple[str, ...]
+    warnings: tuple[StageWarning, ...]
     resolve_s: float
     staged: StagedStore | None = None  # staged mode: the key's bundles and generations on the volume
     s3: BundleStore | None = None  # staged mode: the same under WARMSTART_S3_URL, shared by datacenters
@@ -139,10 +134,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     t0 = time.monotonic()
     volume = probe_volume(settings, write=write)
     if volume.read_only is not None:
-        log.warning("warmstart | volume   | %s", volume.warnings[0])
+        volume.warnings[0].log()
     elif not volume.layout.on_volume:
         log.warning(
-            "warmstart | volume   | no volume mounted at %s; using local caches at %s (lost when the worker stops)",
+            "volume",
+            "no volume mounted at %s; using local caches at %s (lost when the worker stops)",
             settings.volume,
             volume.layout.root,
         )
@@ -156,7 +152,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         stall_s=settings.hub_stall_s,
         hub_endpoint=settings.hub_endpoint,
     )
-    stage(
+    log.info(
         "model",
         "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
         model.name,
@@ -170,11 +166,11 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     engine = probe_engine(find_vllm_python(settings.vllm_python))
     probe = detect_engine_hardware(settings, engine, settings.environ)
     hardware = probe.hardware
-    stage("hardware", "%s", describe(probe))
+    log.info("hardware", "%s", describe(probe))
     derived = derive_engine_env(hardware, settings)
     fit = fit_concurrency(settings)
     key = derive_key(settings, model, hardware, engine, derived, fit=fit)
-    stage("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
+    log.info("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
     place = place_caches(settings, volume, key)
     s3 = _open_s3(settings, key) if place.open_s3 else None
@@ -203,7 +199,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         place.cache_dirs,
         derived,
         env,
-        (*settings.warnings, *volume.warnings, *probe.notes, *place.warnings),
+        (*settings.warnings, *volume.warnings, *(StageWarning("hardware", n) for n in probe.notes), *place.warnings),
         time.monotonic() - t0,
         StagedStore(place.staged_root, settings.bundle_compression) if place.staged_root is not None else None,
         s3,
@@ -225,5 +221,7 @@ def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:
         spool_dir=settings.local_cache_dir / "spool",
         compression=settings.bundle_compression,
     )
-    stage("s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else "")
+    log.info(
+        "s3", "staged store %s%s", s3.location, f" at {settings.s3_endpoint_url}" if settings.s3_endpoint_url else ""
+    )
     return s3

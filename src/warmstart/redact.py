@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 
-from .secrets import MASK, SECRET_JSON_FIELDS, is_secret_name, secret_env_values, secret_values_in
+from .secrets import MASK, SECRET_JSON_FIELDS, looks_secret, secret_env_values, secret_values_in
 from .secrets import without_secret_fields as _without_secret_fields
 from .vllm.argv import parse_argv
 
@@ -51,7 +51,7 @@ class Redactor:
         """The argv with every value of a secret-named flag masked (all of them, for `--api-key k1 k2`)."""
         out: list[str] = []
         for o in parse_argv(args):
-            if o.flag is not None and is_secret_name(o.flag):
+            if o.flag is not None and looks_secret(o.flag):
                 out += [f"{o.written}={MASK}"] if o.inline else [str(o.written), *(MASK for _ in o.values)]
             elif o.flag in SECRET_JSON_FIELDS and o.values:
                 masked = _without_secret_fields(o.flag, o.values[0])
@@ -61,4 +61,4 @@ class Redactor:
         return out
 
     def mapping(self, env: Mapping[str, str]) -> dict[str, str]:
-        return {k: (MASK if is_secret_name(k) else self.text(v)) for k, v in env.items()}
+        return {k: (MASK if looks_secret(k) else self.text(v)) for k, v in env.items()}

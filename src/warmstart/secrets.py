@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 MASK = "***"
 
 # vLLM's secret flags (`_SENSITIVE_ARG_FIELDS`, as flags). Any other flag whose name says
-# token/key/secret is treated as one too (is_secret_name).
+# token/key/secret is treated as one too (looks_secret).
 SECRET_FLAGS = frozenset({"--api-key", "--hf-token"})
 # JSON-valued flags of vLLM's that hold a secret field: flag -> the secret fields.
 SECRET_JSON_FIELDS: Mapping[str, tuple[str, ...]] = {"--watermark-config": ("key",)}
@@ -36,8 +36,9 @@ SECRET_VARIABLE_NAMES = frozenset({"AWS_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID", "AWS
 _SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$", re.I)
 
 
-def is_secret_name(name: str) -> bool:
-    """True for a variable or flag name whose value must never be printed."""
+def looks_secret(name: str) -> bool:
+    """True for a variable or flag whose name says its value must never be printed (by its shape: any
+    name, declared or not; envnames.is_secret_variable adds the variables the table declares secret)."""
     bare = name.split("=", 1)[0]
     return (
         bool(_SECRET_NAME.search(bare.lstrip("-").replace("-", "_")))
@@ -76,7 +77,7 @@ def without_secret_fields(flag: str, value: str) -> str:
 
 def secret_env_values(env: Mapping[str, str]) -> list[str]:
     """The values of secret-named variables."""
-    return [v for k, v in env.items() if is_secret_name(k) and v]
+    return [v for k, v in env.items() if looks_secret(k) and v]
 
 
 def secret_values_in(occurrences: Iterable[tuple[str | None, tuple[str, ...]]]) -> list[str]:
@@ -86,7 +87,7 @@ def secret_values_in(occurrences: Iterable[tuple[str | None, tuple[str, ...]]]) 
     for flag, values in occurrences:
         if flag is None:
             continue
-        if is_secret_name(flag):
+        if looks_secret(flag):
             out += list(values)
         out += [s for v in values for s in secret_json_values(flag, v)]
     return out

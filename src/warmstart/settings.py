@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from .envnames import REMOVED_VARS, is_vllm_variable
+from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
+from .log import StageWarning
 from .s3url import check_endpoint_url, parse_s3_url
 from .variables import ENGINE_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
@@ -41,16 +43,6 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 # Flags warmstart sets itself; accepting them from VLLM_EXTRA_ARGS would break the
 # loopback-only rule or the pinned snapshot.
 EXTRA_ARGS_REFUSED = frozenset({"--host", "--port", "--model", "--revision", "--download-dir"})
-
-
-class SettingsError(ValueError):
-    """Bad configuration. `problems` holds one line per offending variable."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        # One problem reads on one line (the log line a user sees first); several, one per line.
-        lines = problems[0] if len(problems) == 1 else "\n  " + "\n  ".join(problems)
-        super().__init__(f"invalid configuration: {lines}")
 
 
 @dataclass(frozen=True)
@@ -92,7 +84,7 @@ class Settings:
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (engine/process.py reaches_vllm)
     seed_siblings: str
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[StageWarning, ...] = ()
     # The environment these settings were read from (a snapshot; in a worker, the process's): what vLLM's
     # environment inherits (engine/process.py engine_environment), the hardware probe's CUDA_VISIBLE_DEVICES,
     # the report's record. Never printed whole: it holds the secrets the fields above leave out.
@@ -359,7 +351,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         **values,
         engine_values=tuple(engine_values),
         vllm_env=vllm_env,
-        warnings=tuple(warnings),
+        warnings=tuple(StageWarning("settings", w) for w in warnings),
         environ=dict(env),
     )
 

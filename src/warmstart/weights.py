@@ -21,7 +21,6 @@ is reclaimable, but a worker near its cgroup limit would start evicting what vLL
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -31,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import log
+
 # vLLM's log: loading begins (its bootstrap ends) and ends. The patterns are the marker table's
 # load_start / weights_loaded / model_loaded entries (vllm/logformats.py), every build's wording.
 from .vllm.logformats import LOAD_DONE as LOAD_DONE
 from .vllm.logformats import LOAD_START as LOAD_START
-
-log = logging.getLogger("warmstart")
 
 STREAMS = 8  # concurrent readers; vLLM's own prefetch uses 8 threads, one file each
 BLOCK = 16 << 20  # bytes a stream takes at a time; vLLM's DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE
@@ -319,14 +318,15 @@ def start_prefetch(plan: WeightsPlan) -> Prefetcher:
     prefetcher = Prefetcher(plan)
     if plan.prefetch:
         log.info(
-            "warmstart | weights  | prefetching %.1f MB (%d file(s)) from %s with %d streams while vLLM boots",
+            "weights",
+            "prefetching %.1f MB (%d file(s)) from %s with %d streams while vLLM boots",
             plan.bytes / 1e6,
             len(plan.files),
             plan.snapshot,
             min(plan.streams, max(1, sum(-(-s // plan.block) for _, s in plan.files))),
         )
     else:
-        log.info("warmstart | weights  | no prefetch: %s", plan.reason)
+        log.info("weights", "no prefetch: %s", plan.reason)
     prefetcher.start()
     return prefetcher
 

@@ -41,6 +41,19 @@ def test_crash_before_ready_fails_fast_with_the_log_tail(tmp_path, volume, tiny_
     assert not any(alive(p) for p in pids(tmp_path / "pids"))
 
 
+def test_serve_with_an_engine_that_crashes_at_boot_exits_3_with_the_log_tail(
+    tmp_path, volume, tiny_model, fake_vllm_python
+):
+    """`warmstart serve` leaves EngineFailed to cli.dispatch, as `boot` does: the same line, the same status."""
+    env = base_env(volume, fake_vllm_python, tmp_path, FAKE_VLLM_MODE="crash", VLLM_STARTUP_TIMEOUT="3600")
+    result = run_warmstart(["serve"], env, timeout=120)
+    assert result.returncode == 3, result.stderr
+    head, _, tail = result.stderr.partition("--- last lines of vLLM's log ---")
+    assert "warmstart | engine   | vLLM exited with code 1 before it was ready" in head
+    assert "fake engine crashed on purpose" in tail
+    assert "EngineFailed" not in result.stderr  # one line, not the wrapper's traceback
+
+
 def test_hang_times_out_and_leaves_no_process(tmp_path, volume, tiny_model, fake_vllm_python):
     pidfile = tmp_path / "pids"
     env = base_env(

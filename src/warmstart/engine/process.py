@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import logging
 import os
 import signal
 import socket
@@ -29,29 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from .. import log
 from ..envnames import WITHHELD_FROM_VLLM
-from ..secrets import is_secret_name
+from ..errors import EngineFailed
+from ..secrets import looks_secret
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
 from ..vllm.hashing import VLLM_HASHED_UNPREFIXED
 from ..vllm.install import EngineInfo
 from .concurrency import ConcurrencyFit, fit_concurrency
 
-log = logging.getLogger("warmstart")
-
 LOOPBACK = "127.0.0.1"
-
-
-class EngineFailed(RuntimeError):
-    """vLLM exited or did not become ready. `tail` holds its last log lines."""
-
-    def __init__(self, message: str, tail: list[str] | None = None, returncode: int | None = None) -> None:
-        self.tail = tail or []
-        self.returncode = returncode
-        text = message
-        if self.tail:
-            text += "\n--- last lines of vLLM's log ---\n" + "\n".join(self.tail)
-        super().__init__(text)
 
 
 def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
@@ -173,7 +160,7 @@ def reaches_vllm(name: str, passed: str | None = None) -> bool:
         return False
     if name in names or (prefixes and name.startswith(prefixes)):
         return True
-    if is_secret_name(name) and name not in SECRETS_VLLM_READS:
+    if looks_secret(name) and name not in SECRETS_VLLM_READS:
         return False
     return name in ENGINE_ENV_NAMES or name.startswith(ENGINE_ENV_PREFIXES) or name in VLLM_HASHED_UNPREFIXED
 
@@ -364,7 +351,7 @@ class EngineProcess:
             try:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                log.warning("warmstart | engine   | vLLM ignored SIGTERM for %.0f s; killing it", grace_s)
+                log.warning("engine", "vLLM ignored SIGTERM for %.0f s; killing it", grace_s)
         # The API server may be gone while its engine core lingers: clear the group either way.
         self._signal_group(signal.SIGKILL)
         try:

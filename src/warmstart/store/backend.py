@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import socket
 import threading
@@ -26,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+from .. import log
 from ..settings import step_hooks
 from .bundle import BundleRef, Generation, StoreError, gen_name
 
@@ -36,8 +36,6 @@ GENERATIONS = "generations"
 BUNDLES = "bundles"
 READERS = "readers"
 LEASE = "publish.lease"
-
-log = logging.getLogger("warmstart")
 
 
 def step(name: str) -> None:
@@ -50,7 +48,7 @@ def step(name: str) -> None:
     hooks = step_hooks()
     if hooks is None:
         return
-    log.info("warmstart | step     | %s", name)
+    log.info("step", "%s", name)
     if hooks.pause_at == name:
         while not hooks.resume.exists():
             time.sleep(0.05)
@@ -169,7 +167,7 @@ class Lease(ABC):
                 try:
                     self.renew()
                 except (OSError, StoreError) as exc:
-                    log.warning("warmstart | publish  | could not renew the lease: %s", exc)
+                    log.warning("publish", "could not renew the lease: %s", exc)
 
         thread = threading.Thread(target=run, name="lease-renewal", daemon=True)
         thread.start()

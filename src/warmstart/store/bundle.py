@@ -21,24 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import StoreError
+from ..errors import StoreUnavailable as StoreUnavailable  # the store's modules import it from here
 from .layout import CACHE_LAYERS
 
 FORMAT_VERSION = 1
 CHUNK = 8 * 1024 * 1024  # large sequential reads and writes
 READ_STREAMS = 4  # a bundle on the volume is read this many chunks at a time (`file_ranges`)
-
-
-class StoreError(RuntimeError):
-    """A generation or bundle in a store cannot be used. `bundle` names the bad bundle."""
-
-    def __init__(self, message: str, bundle: str | None = None) -> None:
-        super().__init__(message)
-        self.bundle = bundle
-
-
-class StoreUnavailable(StoreError):
-    """The store could not be reached, or refused the request (credentials, permissions).
-    Nothing in it is known to be bad: a restore starts cold, a publish is skipped."""
 
 
 def now() -> float:

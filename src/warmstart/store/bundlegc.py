@@ -7,14 +7,12 @@ after, so the store is consistent after every step; a step that fails does not s
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
+from .. import log
 from .backend import BUNDLES, GENERATIONS, READERS, BundleStore
 from .bundle import StoreError, StoreUnavailable, gen_name, now
-
-log = logging.getLogger("warmstart")
 
 KEEP_GENERATIONS = 2
 
@@ -105,5 +103,5 @@ def collect_garbage(store: BundleStore, *, ttl_s: float, keep: int = KEEP_GENERA
     except StoreUnavailable:
         raise
     except (OSError, StoreError) as exc:  # e.g. a store without ListMultipartUploads: the rest still runs
-        log.warning("warmstart | gc       | %s: abandoned uploads not listed (%s)", store.location, exc)
+        log.warning("gc", "%s: abandoned uploads not listed (%s)", store.location, exc)
     return GarbagePlan(tuple(gen_name(n) for n in remove_gens), tuple(sorted(bundles)), tuple(temporaries))

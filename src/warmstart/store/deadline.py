@@ -21,14 +21,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
+from ..errors import DeadlinePassed
 from .backend import GENERATIONS, READERS, BundleStore, BundleWriter, Lease
-from .bundle import BundleRef, Generation, StoreUnavailable
+from .bundle import BundleRef, Generation
 
 T = TypeVar("T")
-
-
-class DeadlinePassed(StoreUnavailable):
-    """The operation's deadline passed: its thread stops here; nothing is known about the store."""
 
 
 class Deadline:

@@ -16,7 +16,6 @@ already redacted.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -26,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..key import CacheKey
+from ..log import StageWarning
 from .layout import VolumeLayout
-
-log = logging.getLogger("warmstart")
 
 MANIFEST_VERSION = 1
 
@@ -91,7 +89,7 @@ class KeyStore:
 
     layout: VolumeLayout
     key: CacheKey
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[StageWarning] = field(default_factory=list)
 
     @property
     def manifest_path(self) -> Path:
@@ -99,8 +97,9 @@ class KeyStore:
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
-            self.warnings.append(message)
-            log.warning("warmstart | store    | %s", message)
+            warning = StageWarning("store", message)
+            self.warnings.append(warning)
+            warning.log()
 
     @property
     def boots_path(self) -> Path:

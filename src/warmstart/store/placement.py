@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..key import CacheKey
+from ..log import StageWarning
 from ..settings import Settings
 from .layout import CacheDirs, VolumeLayout, choose_layout, probe_writable
 
@@ -28,7 +29,7 @@ class VolumePlace:
 
     layout: VolumeLayout  # records, manifests and the HF cache (the volume, or local disk)
     read_only: VolumeLayout | None  # the mounted volume, when it may not be written to
-    warnings: tuple[str, ...]
+    warnings: tuple[StageWarning, ...]
 
     @property
     def read_only_hubs(self) -> tuple[Path, ...]:
@@ -49,12 +50,11 @@ def place_volume(settings: Settings, *, mounted: bool, not_writable: str | None)
             f"local disk at {settings.local_cache_dir}, and nothing will be published"
             + (" to it (the S3 store still is)" if settings.s3_url and settings.cache_mode == "staged" else "")
         )
-        return VolumePlace(local, volume, (message,))
+        return VolumePlace(local, volume, (StageWarning("volume", message),))
     if mounted:
         return VolumePlace(volume, None, ())
-    return VolumePlace(
-        local, None, (f"no volume at {settings.volume}: caches go to {local.root} and will not outlive this worker",)
-    )
+    message = f"no volume at {settings.volume}: caches go to {local.root} and will not outlive this worker"
+    return VolumePlace(local, None, (StageWarning("volume", message),))
 
 
 def probe_volume(settings: Settings, *, write: bool = True) -> VolumePlace:
@@ -92,7 +92,7 @@ class Placement:
     staged_root: Path | None  # staged mode: the volume's store for the key (None: no volume tier)
     open_s3: bool  # staged mode with WARMSTART_S3_URL: open the S3 store as a tier
     publish_blocked: str | None  # why nothing may be published to the volume (read-only)
-    warnings: tuple[str, ...]
+    warnings: tuple[StageWarning, ...]
 
 
 def place_caches(
@@ -109,7 +109,7 @@ def place_caches(
     dirs = layout.cache_dirs(key)
     staged_root = None
     open_s3 = False
-    warnings: list[str] = []
+    warnings: list[StageWarning] = []
     if settings.cache_mode == "staged":
         local_dirs = VolumeLayout(settings.local_cache_dir, on_volume=False).cache_dirs(key)
         if layout.on_volume:
@@ -125,8 +125,16 @@ def place_caches(
             open_s3 = True
             dirs = local_dirs
         elif not layout.on_volume and volume.read_only is None:
-            warnings.append("WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local")
+            warnings.append(
+                StageWarning(
+                    "cache", "WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local"
+                )
+            )
     elif settings.s3_url:
-        warnings.append("WARMSTART_S3_URL is used in staged mode only (WARMSTART_CACHE_MODE=direct): no S3 tier")
+        warnings.append(
+            StageWarning(
+                "cache", "WARMSTART_S3_URL is used in staged mode only (WARMSTART_CACHE_MODE=direct): no S3 tier"
+            )
+        )
     blocked = f"the volume {volume.read_only.root} is not writable" if volume.read_only is not None else None
     return Placement(layout, dirs, staged_root, open_s3, blocked, tuple(warnings))

@@ -16,7 +16,6 @@ Like huggingface_hub's cache manager, each operation is a scan, then a plan, the
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from .. import log
 from ..limits import LEASE_TTL_S
 from ..tree import scan_tree
 from .backend import BundleStore, step
@@ -42,9 +42,6 @@ from .bundle import (
 from .bundlegc import collect_garbage
 from .extract import extract_bundle
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
-
-log = logging.getLogger("warmstart")
-
 
 MAX_BUNDLES = 8  # more deltas than this and the next publish writes one full bundle
 
@@ -161,7 +158,7 @@ def _fetch_carry(store: BundleStore, plan: PublishPlan, into: Path) -> dict[str,
         except StoreUnavailable:
             raise
         except StoreError as exc:
-            log.warning("warmstart | publish  | compaction leaves out %d files: %s", len(wanted), exc)
+            log.warning("publish", "compaction leaves out %d files: %s", len(wanted), exc)
             continue
         out.update(dict.fromkeys(wanted, into))
     return out
@@ -241,8 +238,8 @@ def publish(
         got = lease.try_acquire()
         if not got:
             log.info(
-                "warmstart | publish  | the publish lease is held by %s: waiting up to %.0f s, then publishing "
-                "only what its generation lacks",
+                "publish",
+                "the publish lease is held by %s: waiting up to %.0f s, then publishing only what its generation lacks",
                 lease.current_holder() or "?",
                 lease_wait_s,
             )
@@ -261,7 +258,7 @@ def publish(
             try:
                 collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
             except (OSError, StoreError) as exc:
-                log.warning("warmstart | publish  | garbage collection failed: %s", exc)
+                log.warning("publish", "garbage collection failed: %s", exc)
             step("publish:collected")
         return replace(result, seconds=time.monotonic() - start)  # lease and garbage included
     except (OSError, StoreError) as exc:
@@ -275,4 +272,4 @@ def publish(
         try:
             lease.release()
         except (OSError, StoreError) as exc:
-            log.warning("warmstart | publish  | could not release the lease (it expires by itself): %s", exc)
+            log.warning("publish", "could not release the lease (it expires by itself): %s", exc)

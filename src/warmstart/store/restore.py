@@ -25,7 +25,6 @@ older generation tried.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import time
@@ -34,13 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .. import log
 from .backend import GENERATIONS, READERS, BundleStore, Tier, step
 from .bundle import Generation, StoreError, StoreUnavailable, gen_name, now, per_layer
 from .deadline import Deadline
 from .extract import extract_bundle
 from .swap import clear_leftovers, replace_cache
-
-log = logging.getLogger("warmstart")
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,7 @@ def restore(
             # removes meanwhile fails its check and the next generation is tried). An unreachable
             # store fails again at the next request.
             if not unregistered:
-                log.warning("warmstart | restore  | cannot register as a reader (%s): restoring unprotected", exc)
+                log.warning("restore", "cannot register as a reader (%s): restoring unprotected", exc)
                 unregistered = True
         try:
             step("restore:registered")

@@ -29,7 +29,6 @@ boto3 is the client (`store.s3client`: its timeouts, retries and what its failur
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 import threading
@@ -40,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .. import log
 from ..s3url import S3Url, parse_s3_url
 from .backend import GENERATIONS, LEASE, BundleStore, BundleWriter, Compression, Lease, lease_expired, lease_payload
 from .bundle import CHUNK, BundleRef, StoreError, StoreUnavailable, bundle_name, gen_name
@@ -52,9 +52,6 @@ from .s3client import (
     make_client,
     precondition_failed,
 )
-
-log = logging.getLogger("warmstart")
-
 
 MIB = 1024 * 1024
 PART_SIZE = 64 * MIB  # Runpod: parts up to 500 MB; AWS: at least 5 MiB
@@ -193,7 +190,8 @@ class S3Store(BundleStore):
                 except StoreError as exc:
                     self._conditional = precondition_failed(exc)
                 log.info(
-                    "warmstart | s3       | %s: %s",
+                    "s3",
+                    "%s: %s",
                     self.url.url,
                     "conditional writes (If-None-Match) honoured"
                     if self._conditional
@@ -317,7 +315,7 @@ class _S3BundleWriter(BundleWriter):
             try:
                 store.call("abort_multipart_upload", Key=key, UploadId=upload_id)
             except (StoreError, OSError) as exc:  # the garbage collector aborts it after the TTL
-                log.warning("warmstart | s3       | could not abort an upload (%s): left to garbage collection", exc)
+                log.warning("s3", "could not abort an upload (%s): left to garbage collection", exc)
             raise
 
     def abort(self) -> None:

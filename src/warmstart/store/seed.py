@@ -16,13 +16,13 @@ The report's view (`seeded_caches`, `seeded_verdict`, `seeded_block`) is pure.
 from __future__ import annotations
 
 import copy
-import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import log
 from ..tree import scan_tree
 from .backend import BundleStore
 from .bundle import Generation, StoreError, layer_of
@@ -30,8 +30,6 @@ from .restore import RestoreResult
 from .siblings import SeedPlan, SeedSource, sibling_store
 from .tiers import restore_within
 from .volume import StagedStore
-
-log = logging.getLogger("warmstart")
 
 # Files a library opens only when its own key matched and the entry is used as it is: reading one
 # is a hit. In the other seeded layers any read is (Triton reads a kernel's group file only under
@@ -137,8 +135,8 @@ def seed_from(
         files = scan_tree(dest).files
         atimes = atimes_updated(dest)
         log.info(
-            "warmstart | seed     | no generation of its own: %d files (%.1f MB; %s) from sibling %s (%s store, "
-            "generation %d) in %.2f s",
+            "seed",
+            "no generation of its own: %d files (%.1f MB; %s) from sibling %s (%s store, generation %d) in %.2f s",
             result.files,
             result.bytes / 1e6,
             ", ".join(f"{layer} {n}" for layer, (n, _) in sorted(result.per_layer.items())),
@@ -153,7 +151,7 @@ def seed_from(
         or plan.note
         or "no sibling's generation restored"
     )
-    log.info("warmstart | seed     | nothing to seed from: %s", reason)
+    log.info("seed", "nothing to seed from: %s", reason)
     return SeedResult(None, None, {}, False, tuple(problems), plan.layers, reason)
 
 
@@ -285,7 +283,7 @@ def seed_lines(staged: Mapping[str, Any] | None) -> list[str]:
         f"{name} {v['files']} seeded/{'?' if v['read'] is None else v['read']} read/{v['added']} added"
         for name, v in block["layers"].items()
     )
-    line = f"warmstart | seeded   | from {block['from']} ({block['tier']} store): {layers}"
+    line = log.line("seeded", f"from {block['from']} ({block['tier']} store): {layers}")
     if block.get("compile_saved_s_est") is not None:
         line += (
             f"; compile {block['compile_s']:.1f} s against {block['source_cold_compile_s']:.1f} s in its cold boot "

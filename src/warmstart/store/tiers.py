@@ -9,23 +9,17 @@ its generation lacks. Both log one line per tier and return frozen results.
 
 from __future__ import annotations
 
-import logging
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import log
 from .backend import READERS, BundleStore, Lease, Tier
 from .deadline import Deadline, bounded, within
 from .publish import PublishResult, publish
 from .restore import RestoreResult, restore
 from .volume import StagedStore
-
-log = logging.getLogger("warmstart")
-
-
-def _stage(name: str, message: str, *args: object) -> None:
-    log.info("warmstart | %-8s | " + message, name, *args)
 
 
 @dataclass(frozen=True)
@@ -68,16 +62,17 @@ def restore_tiers(
         bad[tier.kind] = result.bad_bundles
         if result.unavailable:
             log.warning(
-                "warmstart | restore  | %s store unavailable, going on without it: %s [%s]",
+                "restore",
+                "%s store unavailable, going on without it: %s [%s]",
                 tier.kind,
                 "; ".join(result.problems),
                 tier.location,
             )
         else:
             for problem in result.problems:
-                log.warning("warmstart | restore  | skipped in the %s store: %s", tier.kind, problem)
+                log.warning("restore", "skipped in the %s store: %s", tier.kind, problem)
         if result.restored:
-            _stage(
+            log.info(
                 "restore",
                 "generation %d: %d files (%.1f MB) in %.2f s from the %s store %s",
                 result.generation,
@@ -90,7 +85,7 @@ def restore_tiers(
             break
         last = tier is tiers[-1]
         if result.problems:
-            _stage(
+            log.info(
                 "restore",
                 "nothing could be restored from the %s store %s (%d problem(s) above)%s",
                 tier.kind,
@@ -99,7 +94,7 @@ def restore_tiers(
                 f": {otherwise}" if last else "",
             )
         else:
-            _stage(
+            log.info(
                 "restore",
                 "no generation to restore in the %s store %s%s",
                 tier.kind,
@@ -190,7 +185,7 @@ def publish_tier(
     if isinstance(tier, StagedStore):
         if blocked is not None:
             result = PublishResult("skipped", detail=f"{blocked}: nothing published")
-            _stage("publish", "%s skipped: %s", tier.kind, result.detail)
+            log.info("publish", "%s skipped: %s", tier.kind, result.detail)
             return result
         key_dir = tier.root.parent
         if not key_dir.is_dir():
@@ -200,9 +195,9 @@ def publish_tier(
                 "skipped",
                 detail=f"the key's directory {key_dir} is gone (volume unmounted or removed): nothing published",
             )
-            log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
+            log.warning("publish", "%s: %s", tier.kind, result.detail)
             return result
-    _stage("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
+    log.info("publish", "publishing new cache files to the %s store %s", tier.kind, tier.location)
     deadline = Deadline(deadline_s, PUBLISH_DEADLINE, "the publish") if deadline_s else None
     store = bounded(tier, deadline)
     result = within(
@@ -217,7 +212,7 @@ def publish_tier(
         detail = f"publish abandoned: {deadline.reason}; the previous generation is intact"
         result = PublishResult("failed", seconds=deadline.seconds, detail=detail)
     if result.status == "published":
-        _stage(
+        log.info(
             "publish",
             "%s generation %d: %d files (%.1f MB) in %.2f s (%s)",
             tier.kind,
@@ -228,9 +223,9 @@ def publish_tier(
             result.detail,
         )
     elif result.status == "failed":
-        log.warning("warmstart | publish  | %s: %s", tier.kind, result.detail)
+        log.warning("publish", "%s: %s", tier.kind, result.detail)
     else:
-        _stage("publish", "%s %s: %s", tier.kind, result.status, result.detail)
+        log.info("publish", "%s %s: %s", tier.kind, result.status, result.detail)
     return result
 
 
@@ -252,13 +247,12 @@ def release_leases(tiers: Sequence[BundleStore], *, holder: str, ttl_s: float) -
         try:
             within(deadline, give_back, "release")
         except Exception as exc:  # an exit path: a store's failure is a warning, never a crash
-            log.warning(
-                "warmstart | publish  | could not release the %s lease (it expires by itself): %s", tier.kind, exc
-            )
+            log.warning("publish", "could not release the %s lease (it expires by itself): %s", tier.kind, exc)
             continue
         if deadline.expired:
             log.warning(
-                "warmstart | publish  | could not release the %s lease (it expires by itself): no answer in %g s",
+                "publish",
+                "could not release the %s lease (it expires by itself): no answer in %g s",
                 tier.kind,
                 RELEASE_DEADLINE_S,
             )

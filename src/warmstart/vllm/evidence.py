@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import log
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..weights import describe as weights_line
 from .cudagraphs import capture_summary
@@ -361,21 +362,20 @@ class BootReport:
 
     def lines(self) -> list[str]:
         out = []
-        head = f"warmstart | report   | verdict {self.verdict or '?'} (expected {self.expected or '?'})"
+        head = log.line("report", f"verdict {self.verdict or '?'} (expected {self.expected or '?'})")
         if self.ready_s is not None:
             head += f", ready in {self.ready_s:.1f} s"
         out.append(head + (f", key {self.key}" if self.key else ""))
         phase_text = ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items() if v is not None)
-        out.append(f"warmstart | phases   | {phase_text or 'no phase markers found'}")
+        out.append(log.line("phases", phase_text or "no phase markers found"))
         if self.phase_detail.get("compile_includes_profiling_run"):
-            out.append("warmstart | phases   | compile includes vLLM's first profiling run (AOT compile off)")
+            out.append(log.line("phases", "compile includes vLLM's first profiling run (AOT compile off)"))
         if split := self.phase_detail.get("compile_split"):
             out.append(
-                f"warmstart | phases   | compile: language model {split['language_model']} s, "
-                f"encoder {split['encoder']} s"
+                log.line("phases", f"compile: language model {split['language_model']} s, encoder {split['encoder']} s")
             )
         for name, layer in self.caches.items():
-            out.append(f"warmstart | cache    | {name:<19} {layer.status:<11} {layer.detail}")
+            out.append(log.line("cache", f"{name:<19} {layer.status:<11} {layer.detail}"))
         if self.staged is not None:
             restored = self.staged.get("generation_restored")
             line = f"restored generation {restored}" if restored is not None else "nothing restored"
@@ -390,23 +390,21 @@ class BootReport:
                 line += f"; {label} {pub['status']}"
                 if pub.get("generation") is not None:
                     line += f" (generation {pub['generation']}, {pub['files']} files)"
-            out.append(f"warmstart | staged   | {line}")
+            out.append(log.line("staged", line))
         if self.weights is not None:
-            out.append(f"warmstart | weights  | {weights_line(self.weights)}")
+            out.append(log.line("weights", f"{weights_line(self.weights)}"))
         if self.cudagraphs is not None:
-            out.append(f"warmstart | graphs   | {self.cudagraphs['detail']}")
+            out.append(log.line("graphs", f"{self.cudagraphs['detail']}"))
         if self.compiled_while_serving:
             names = ", ".join(sorted(set(self.compiled_kernels))[:6])
-            out.append(
-                f"warmstart | serving  | vLLM JIT-compiled {self.compiled_while_serving} kernel(s) after warm-up, "
-                f"which every boot without them compiles again: {names}"
-            )
+            jit = f"vLLM JIT-compiled {self.compiled_while_serving} kernel(s) after warm-up, "
+            out.append(log.line("serving", jit + f"which every boot without them compiles again: {names}"))
         for reason in self.miss_reason:
-            out.append(f"warmstart | why miss | {reason}")
+            out.append(log.line("why miss", reason))
         for warning in self.warnings:
-            out.append(f"warmstart | warning  | {warning}")
+            out.append(log.line("warning", f"{warning}"))
         if self.error:
-            out.append(f"warmstart | error    | {self.error}")
+            out.append(log.line("error", f"{self.error}"))
         return out
 
 

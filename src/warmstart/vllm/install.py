@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class EngineNotFound(RuntimeError):
-    """No vLLM installation could be located."""
+from ..errors import EngineNotFound
 
 
 @dataclass(frozen=True)

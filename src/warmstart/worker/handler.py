@@ -37,6 +37,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InputError
+
 # Route -> allowed methods. Everything else is refused.
 ROUTES: Mapping[str, frozenset[str]] = {
     "/v1/chat/completions": frozenset({"POST"}),
@@ -55,10 +57,6 @@ WARMSTART_QUERIES = ("boot_report",)
 MAX_BODY_BYTES = 20 * 1024 * 1024  # JSON bytes sent to vLLM; Runpod's own /runsync limit is 20 MB
 MAX_DEPTH = 64  # nested objects/arrays in a body; OpenAI bodies (tools' JSON schemas included) stay far below
 _SHOWN_CHARS = 80  # how much of a refused value an error message quotes
-
-
-class InputError(ValueError):
-    """The job input is not something this worker serves; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -29,19 +29,16 @@ from collections.abc import Callable
 from typing import Any
 
 from warmstart.boot import Boot, exit_on_signals, run_boot
-from warmstart.plan import plan_boot, stage
+from warmstart.plan import plan_boot
 
-from ..engine.process import EngineFailed
+from .. import log
+from ..errors import EXIT_ENGINE
 from ..limits import RUNPOD_INIT_TIMEOUT_S
 from ..redact import Redactor
 from ..settings import Settings, from_env
 from ..store.history import BootHistory, KeyStore
 from .handler import JobHandler, make_handler
 from .upkeep import ServingUpkeep
-
-log = logging.getLogger("warmstart")
-
-EXIT_ENGINE_DIED = 3
 
 
 def init_timeout_warning(settings: Settings, ready_times: list[float]) -> str | None:
@@ -111,9 +108,9 @@ class EngineWatchdog:
         if self.stopping:
             return
         self.failure = self._message(code)
-        log.error("warmstart | engine   | %s", self.failure)
+        log.error("engine", "%s", self.failure)
         for line in list(engine.tail)[-20:]:
-            log.error("warmstart | engine   | %s", line)
+            log.error("engine", "%s", line)
         # Requests to a dead vLLM fail at once; the grace lets jobs in flight (and jobs that
         # arrive meanwhile) return that error and have it delivered before the process goes.
         time.sleep(self.grace_s)
@@ -122,9 +119,9 @@ class EngineWatchdog:
             try:
                 self.before_exit()
             except Exception as exc:  # the exit must happen whatever the store does
-                log.warning("warmstart | publish  | final publish failed: %s", self.boot.redactor.text(str(exc)))
+                log.warning("publish", "final publish failed: %s", self.boot.redactor.text(str(exc)))
         logging.shutdown()
-        self.exit_fn(EXIT_ENGINE_DIED)
+        self.exit_fn(EXIT_ENGINE)
 
 
 def local_api_hint(rest: list[str]) -> str:
@@ -148,19 +145,16 @@ def main(args: argparse.Namespace) -> int:
     plan = plan_boot(settings)
     history: BootHistory = KeyStore(plan.layout, plan.key).history()
     if (warning := init_timeout_warning(settings, history.ready_times())) is not None:
-        log.warning("warmstart | timeout  | %s", warning)
+        log.warning("timeout", "%s", warning)
 
     boot: Boot | None = None
     watchdog: EngineWatchdog | None = None
     upkeep: ServingUpkeep | None = None
     try:
-        try:
-            boot, report = run_boot(plan, redactor, publish_now=False)
-        except EngineFailed as exc:
-            log.error("warmstart | engine   | %s", redactor.text(str(exc)))
-            return EXIT_ENGINE_DIED
+        # vLLM that exits or never becomes ready raises EngineFailed: cli.dispatch writes its line, exit 3.
+        boot, report = run_boot(plan, redactor, publish_now=False)
         if report.ready_s is not None and (warning := init_timeout_warning(settings, [report.ready_s])) is not None:
-            log.warning("warmstart | timeout  | %s", warning)
+            log.warning("timeout", "%s", warning)
 
         assert boot.engine is not None
         report_dict = report.to_dict()
@@ -177,10 +171,10 @@ def main(args: argparse.Namespace) -> int:
             api_key=settings.engine_api_key,
         )
         watchdog.start()
-        stage("serve", "taking jobs (max concurrency %d)", settings.max_concurrency)
+        log.info("serve", "taking jobs (max concurrency %d)", settings.max_concurrency)
         rest = list(getattr(args, "rest", []))
         if "--rp_serve_api" in rest:
-            stage("serve", "%s", local_api_hint(rest))
+            log.info("serve", "%s", local_api_hint(rest))
 
         import runpod
 
@@ -197,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
         if watchdog is not None:
             watchdog.stopping = True
         if boot is not None:
-            stage("serve", "stopping vLLM")
+            log.info("serve", "stopping vLLM")
             boot.stop()
             if upkeep is not None:
                 # Kernels compiled while serving: publish them too. Shutdown is short, so the

@@ -21,20 +21,18 @@ if anything changed, gives back a lease a cut-off publish still holds, and remov
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import log
 from ..boot import Boot
 from ..report import publish_seconds, staged_layer_counts, staged_summary
 from ..store.bundle import is_temporary
 from ..store.markers import write_boot_marker
 from ..store.tiers import release_leases
 from ..tree import scan_tree
-
-log = logging.getLogger("warmstart")
 
 JIT_WARNING = "JIT compilation during inference: "  # vLLM's utils/jit_monitor.py, 0.19 and later
 JIT_SETTLE_S = 2.0  # after the warning, before looking: the compiler writes its files after it logs
@@ -137,13 +135,13 @@ class ServingUpkeep:
                 state="serving",
             )
         except OSError as exc:
-            log.warning("warmstart | store    | could not mark the key in use on the volume: %s", exc)
+            log.warning("store", "could not mark the key in use on the volume: %s", exc)
         if self.clock() - self._last_touch >= TOUCH_S and self.boot.store is not None:
             self._last_touch = self.clock()
             try:
                 self.boot.store.touch()
             except OSError as exc:
-                log.warning("warmstart | store    | could not renew the key's last use on the volume: %s", exc)
+                log.warning("store", "could not renew the key's last use on the volume: %s", exc)
 
     # ------------------------------------------------------------------ publishing
 
@@ -160,9 +158,7 @@ class ServingUpkeep:
             try:
                 self.boot.publish(wait_s=wait_s)
             except Exception as exc:  # a store's failure must never fail serving
-                log.warning(
-                    "warmstart | publish  | publish while serving failed: %s", self.boot.redactor.text(str(exc))
-                )
+                log.warning("publish", "publish while serving failed: %s", self.boot.redactor.text(str(exc)))
                 return False
             if not self._retry_later():
                 self._published_snapshot = snapshot
@@ -225,11 +221,11 @@ class ServingUpkeep:
             self._thread.join(FINAL_JOIN_S)
         if self._thread.is_alive():
             # It dies with the process, before its own `finally` gives the lease back: do it here.
-            log.warning("warmstart | publish  | the publish while serving is still running; no final publish")
+            log.warning("publish", "the publish while serving is still running; no final publish")
             plan = self.boot.plan
             release_leases(plan.tiers, holder=self.boot.worker, ttl_s=plan.settings.lease_ttl_s)
         elif self.staged and not self.publish_if_changed(wait_s=10.0):
-            log.info("warmstart | publish  | no cache file is new since the last publish: nothing to publish at exit")
+            log.info("publish", "no cache file is new since the last publish: nothing to publish at exit")
         if self.kernels:
-            log.info("warmstart | serving  | vLLM JIT-compiled %d kernel(s) while serving", len(self.kernels))
+            log.info("serving", "vLLM JIT-compiled %d kernel(s) while serving", len(self.kernels))
         self.boot.unmark_booting()
