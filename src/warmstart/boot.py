@@ -20,16 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from warmstart.report.layers import BootReport
 from warmstart.store.backend import step
 from warmstart.store.staged import PublishResult, worker_id
-from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
 from .hardware import engine_world_size
 from .model import link_model
 from .plan import BootPlan, stage
 from .redact import Redactor
-from .report import BootObservation, build_report, expectation
+from .report import layers as evidence
+from .report.build import BootObservation, build_report, expectation
 from .store.booting import write_boot_marker
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
@@ -38,7 +39,6 @@ from .store.seed import SeedResult, SeedUse, seed_from, seed_lines, seed_use, si
 from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
-from .vllm import evidence
 from .vllm.concurrency import fit_concurrency, fit_words
 from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
 from .vllm.logformats import markers_for

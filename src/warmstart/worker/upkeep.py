@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..boot import Boot
-from ..report import publish_seconds, staged_layer_counts, staged_summary
+from ..report.build import publish_seconds, staged_layer_counts, staged_summary
 from ..store.booting import write_boot_marker
 from ..store.bundle import is_temporary
 from ..store.tiers import release_leases
