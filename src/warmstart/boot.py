@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from warmstart.report.layers import BootReport
 from warmstart.store.backend import step, worker_id
 from warmstart.store.publish import PublishResult
-from warmstart.vllm.evidence import BootReport
 from warmstart.vllm.phases import LogEvidence
 
 from . import log
@@ -32,7 +32,8 @@ from .log import StageWarning
 from .model import link_model
 from .plan import BootPlan
 from .redact import Redactor
-from .report import BootObservation, build_report, expectation
+from .report import layers as evidence
+from .report.build import BootObservation, build_report, expectation
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
 from .store.history import BootHistory, KeyStore, now_iso
@@ -41,7 +42,6 @@ from .store.seed import SeedResult, SeedUse, seed_from, seed_lines, seed_use, si
 from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
-from .vllm import evidence
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 

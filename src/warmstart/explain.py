@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .report.layers import flatten
 from .store.scan import KeyInfo, VolumeScan
 from .store.siblings import SeedPlan, Sibling, choose_seeds
-from .vllm.evidence import flatten
 
 NEAREST = 3
 

@@ -8,9 +8,9 @@ import pytest
 
 from helpers import gpulogs
 from helpers.run import FIXTURES, run_warmstart
+from warmstart.report import layers as evidence
+from warmstart.report.layers import CacheLayer, decide_verdict, report_from_log
 from warmstart.tree import TreeScan
-from warmstart.vllm import evidence
-from warmstart.vllm.evidence import CacheLayer, decide_verdict, report_from_log
 from warmstart.vllm.phases import LogEvidence
 
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from helpers.run import FIXTURES
-from warmstart.vllm.evidence import report_from_log
+from warmstart.report.layers import report_from_log
 from warmstart.vllm.logformats import HINTS
 
 REAL = FIXTURES / "real"

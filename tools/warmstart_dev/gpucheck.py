@@ -49,9 +49,9 @@ from warmstart.hardware import (
     run_smi,
     smi_selection,
 )
+from warmstart.report.layers import layer_statuses
 from warmstart.store.layout import CacheDirs
 from warmstart.tree import TreeScan, scan_tree
-from warmstart.vllm.evidence import layer_statuses
 from warmstart.vllm.phases import LogEvidence
 
 from .gpufit import check_fit, vllm_version

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..vllm.evidence import flatten
+from ..report.layers import flatten
 from .backend import GENERATIONS, BundleStore, Tier
 from .bundle import StoreError, parse_gen_name
 from .deadline import Deadline, within

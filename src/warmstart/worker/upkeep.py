@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import log
 from ..boot import Boot
-from ..report import publish_seconds, staged_layer_counts, staged_summary
+from ..report.build import publish_seconds, staged_layer_counts, staged_summary
 from ..store.bundle import is_temporary
 from ..store.markers import write_boot_marker
 from ..store.tiers import release_leases

@@ -21,11 +21,11 @@ from typing import Any
 
 from .. import log
 from ..tree import TreeDelta, TreeScan, tree_delta
+from ..vllm.cudagraphs import capture_summary
+from ..vllm.logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
+from ..vllm.phases import LogEvidence, compute_phases, earliest, phase_details
+from ..vllm.releases import release_note
 from ..weights import describe as weights_line
-from .cudagraphs import capture_summary
-from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
-from .phases import LogEvidence, compute_phases, earliest, phase_details
-from .releases import release_note
 
 # Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
 # each is reported on its own so a layer is never `unused` while files were added to it.

@@ -14,23 +14,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from warmstart.vllm.evidence import BootReport, CacheLayer
-from warmstart.vllm.phases import LogEvidence
-
-from .engine.process import engine_environment
-from .envnames import is_vllm_variable
-from .key import key_vllm_env
-from .model import ResolvedModel
-from .plan import BootPlan, model_summary
-from .redact import Redactor
-from .store.history import BootHistory
-from .store.publish import PublishResult
-from .store.seed import SeedResult, SeedUse, seeded_block, seeded_caches, seeded_verdict
-from .store.tiers import TierPublish, TierRestore
-from .tree import TreeScan
-from .vllm import evidence
-from .vllm.argv import VOLATILE_FLAGS, without_flags
-from .vllm.cudagraphs import capture_summary
+from ..engine.process import engine_environment
+from ..envnames import is_vllm_variable
+from ..key import key_vllm_env
+from ..model import ResolvedModel
+from ..plan import BootPlan, model_summary
+from ..redact import Redactor
+from ..store.history import BootHistory
+from ..store.publish import PublishResult
+from ..store.seed import SeedResult, SeedUse, seeded_block, seeded_caches, seeded_verdict
+from ..store.tiers import TierPublish, TierRestore
+from ..tree import TreeScan
+from ..vllm.argv import VOLATILE_FLAGS, without_flags
+from ..vllm.cudagraphs import capture_summary
+from ..vllm.phases import LogEvidence
+from . import layers as evidence
+from .layers import BootReport, CacheLayer
 
 
 @dataclass(frozen=True)
