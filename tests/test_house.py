@@ -107,3 +107,48 @@ def test_the_package_never_imports_vllm_torch_or_the_dev_tools():
 def test_no_module_over_the_size_limit():
     sizes = {str(p.relative_to(SRC)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+# Issue 27: vllm/ is a leaf of the wrapper (what vLLM is, nothing of how warmstart runs it), and the
+# environment is read in one place.
+VLLM_MAY_NOT_IMPORT = ("settings", "variables", "envnames", "engine", "report")
+
+
+def test_vllm_imports_nothing_of_the_wrapper_above_the_ground_floor():
+    graph = import_graph()
+    banned = tuple(f"warmstart.{name}" for name in VLLM_MAY_NOT_IMPORT)
+    offenders = {
+        module: sorted(m for m in imported if m.startswith(banned))
+        for module, imported in graph.items()
+        if module.startswith("warmstart.vllm")
+    }
+    assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def reads_environ(path: Path) -> bool:
+    """Whether the module touches `os.environ` or `os.getenv` (any spelling that reaches them)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in {"environ", "getenv", "environb"}
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            if {a.name for a in node.names} & {"environ", "getenv", "environb"}:
+                return True
+    return False
+
+
+def test_the_environment_reader_spots_every_spelling(tmp_path):
+    for text in ("import os\nos.environ.get('X')\n", "import os\nos.getenv('X')\n", "from os import environ\n"):
+        (tmp_path / "m.py").write_text(text)
+        assert reads_environ(tmp_path / "m.py"), text
+    (tmp_path / "m.py").write_text("def f(env, settings):\n    return env.get('X') or settings.environ['X']\n")
+    assert not reads_environ(tmp_path / "m.py")
+
+
+def test_only_settings_reads_the_environment():
+    readers = sorted(module_name(p) for p in PACKAGE.rglob("*.py") if reads_environ(p))
+    assert readers == ["warmstart.settings"]
