@@ -25,6 +25,7 @@ from .cudagraphs import capture_summary
 from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
 from .phases import LogEvidence, compute_phases, earliest, phase_details
 from .releases import release_note
+from .silences import describe
 
 # Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
 # each is reported on its own so a layer is never `unused` while files were added to it.
@@ -369,6 +370,7 @@ class BootReport:
         out.append(f"warmstart | phases   | {phase_text or 'no phase markers found'}")
         if self.phase_detail.get("compile_includes_profiling_run"):
             out.append("warmstart | phases   | compile includes vLLM's first profiling run (AOT compile off)")
+        out += [f"warmstart | phases   | {describe(s)}" for s in self.phase_detail.get("unlogged", ())]
         if split := self.phase_detail.get("compile_split"):
             out.append(
                 f"warmstart | phases   | compile: language model {split['language_model']} s, "
