@@ -10,6 +10,7 @@ ready time, and no "no lines" claim about a cache the log has lines about.
 from __future__ import annotations
 
 import json
+import re
 from itertools import pairwise
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from helpers.run import FIXTURES
 from warmstart.vllm.evidence import report_from_log
 from warmstart.vllm.logformats import HINTS, WORK_BEGINS
+from warmstart.vllm.logread import compile_off_in_config, compile_outside_log
 from warmstart.vllm.phases import LogEvidence
 from warmstart.vllm.silences import SILENCE_S
 
@@ -213,3 +215,38 @@ def test_the_likely_step_follows_the_engines_config_line():
 def test_a_fully_logged_warm_up_has_no_silence():
     r = report("file-0.20-host-timestamps-wsl-nvfp4.log")
     assert r.phases["unlogged"] is None and "unlogged" not in r.phase_detail
+
+
+# Lines only the start of a boot prints (engine, loading) and lines only what follows the first forward prints
+# (memory profiling, KV cache, warm-up, capture, the server): written here from the logs, not from logread.py.
+_BEFORE_FIRST_FORWARD = re.compile(
+    r"Initializing a V1 LLM engine|Starting to load model|Loading model from scratch|Loading weights took"
+    r"|Model loading took"
+)
+_AFTER_FIRST_FORWARD = re.compile(
+    r"profiling/warmup run took|KV cache memory|KV cache size|Graph capturing finished|Capturing CUDA graphs"
+    r"|init engine \(profile|Application startup complete|during inference|Kernel JIT monitor|\[Auto[Tt]uner\]"
+)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.glob("*.log")))
+def test_whether_a_log_passes_the_first_forward_is_read_from_its_lines(name):
+    """logread.compile_outside_log: a log without a line of the boot's start, or without one of what follows
+    the first forward, cannot show vLLM's compile cache."""
+    text = (REAL / name).read_text(encoding="utf-8")
+    ev, _ = LogEvidence.from_log(text.splitlines(), 2026)
+    through = bool(_BEFORE_FIRST_FORWARD.search(text)) and bool(_AFTER_FIRST_FORWARD.search(text))
+    assert (compile_outside_log(ev) is None) == through, compile_outside_log(ev)
+
+
+def test_the_config_line_says_when_vllm_compiles_nothing():
+    line = "INFO 05-01 21:11:40 [core.py:109] Initializing a V1 LLM engine (v0.33.0) with config: model='m', {}"
+    for config, words in (
+        ("enforce_eager=True, kv_cache_dtype=auto", "enforce_eager=True"),
+        ("compilation_config={'mode': <CompilationMode.NONE: 0>}", "mode NONE"),
+        ("device_config=cpu, seed=0", "stock Inductor"),
+    ):
+        ev, _ = LogEvidence.from_log([line.format(config)], 2026)
+        assert words in (compile_off_in_config(ev) or "")
+    ev, _ = LogEvidence.from_log([line.format("enforce_eager=False, compilation_config={'mode': 3}")], 2026)
+    assert compile_off_in_config(ev) is None
