@@ -250,3 +250,36 @@ def test_the_config_line_says_when_vllm_compiles_nothing():
         assert words in (compile_off_in_config(ev) or "")
     ev, _ = LogEvidence.from_log([line.format("enforce_eager=False, compilation_config={'mode': 3}")], 2026)
     assert compile_off_in_config(ev) is None
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_no_unused_claim_on_a_fragment(name):
+    """`unused` only where the log runs from the boot's start past the first forward (where vLLM's compile cache
+    speaks) without a compile line, or where its config line turns compiling off; a cut log is `unknown`."""
+    text = (REAL / name).read_text(encoding="utf-8")
+    layer = report(name).caches["vllm_compile"]
+    through = bool(_BEFORE_FIRST_FORWARD.search(text)) and bool(_AFTER_FIRST_FORWARD.search(text))
+    if layer.status == "unused":
+        assert through or "config line" in layer.detail, layer
+
+
+def test_a_log_that_ends_before_the_compile_cache_speaks_says_so():
+    cut = report("issue-club3090-1047-0.2x-cut-before-aot-load.log").caches["vllm_compile"]
+    assert cut.status == "unknown" and cut.detail.startswith("log ends before vLLM's first forward")
+    late = report("issue-vllmwindows17-0.3x-v2-capture-before-kv.log").caches["vllm_compile"]
+    assert late.status == "unknown" and late.detail.startswith("log starts after vLLM's first forward")
+    # A log that runs through the first forward with no compile line: unused, and it says why.
+    whole = report("file-0.3x-v2-runner-jit-warmup-sm75.log").caches["vllm_compile"]
+    assert whole.status == "unused" and "past the first forward" in whole.detail
+
+
+def test_a_cut_log_whose_config_line_turns_compiling_off_is_unused():
+    head = "(EngineCore pid=9) INFO 05-01 21:11:{:02d} [x.py:1] "
+    lines = [
+        head.format(0) + "Initializing a V1 LLM engine (v0.33.0) with config: model='m', enforce_eager=True, seed=0",
+        head.format(9) + "Model loading took 1.0 GiB memory and 2.000000 seconds",
+    ]
+    layer = report_from_log(lines, year=2026).caches["vllm_compile"]
+    assert layer.status == "unused" and "enforce_eager=True" in layer.detail
+    without = report_from_log([lines[0].replace("enforce_eager=True", "enforce_eager=False"), lines[1]], year=2026)
+    assert without.caches["vllm_compile"].status == "unknown"

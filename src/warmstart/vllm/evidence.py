@@ -22,7 +22,7 @@ from typing import Any
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..weights import describe as weights_line
 from .cudagraphs import capture_summary
-from .logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
+from .logread import compile_silence, compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
 from .phases import LogEvidence, compute_phases, earliest, phase_details
 from .releases import release_note
 from .silences import describe
@@ -119,8 +119,8 @@ def vllm_compile_status(ev: LogEvidence, compile_delta: TreeDelta | None) -> tup
         return status, f"no vLLM compile log lines; {COMPILE_SUBDIR}: {detail}"
     if (why := compile_unknown(ev)) is not None:
         return "unknown", why
-    if compile_delta is None:
-        return "unused", "no vLLM compile-cache lines in the log (eager, or stock Inductor on CPU)"
+    if compile_delta is None:  # a saved log alone: `unused` only where it can tell (logread.compile_silence)
+        return compile_silence(ev)
     return "unused", "no vLLM compile cache on this platform (compiled through stock Inductor, or eager)"
 
 

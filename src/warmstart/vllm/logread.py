@@ -105,6 +105,16 @@ def compile_outside_log(ev: LogEvidence) -> str | None:
     return None
 
 
+def compile_silence(ev: LogEvidence) -> tuple[str, str]:
+    """A saved log with no compile-cache line: `unused` only where its config line turns compiling off or it
+    runs through the first forward without one; `unknown (log ends before ...)` where it is cut short of it."""
+    if (off := compile_off_in_config(ev)) is not None:
+        return "unused", off
+    if (outside := compile_outside_log(ev)) is not None:
+        return "unknown", outside
+    return "unused", "the log runs from loading past the first forward without a vLLM compile-cache line (eager?)"
+
+
 def flashinfer_own_status(ev: LogEvidence) -> tuple[str, str] | None:
     """FlashInfer's autotune from its own lines (flashinfer/autotuner.py), where vLLM's say nothing."""
     tuned = ev.all("fi_tuning")
