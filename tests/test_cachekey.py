@@ -143,6 +143,37 @@ def test_how_weights_are_read_does_not_split_the_key():
     assert eager.digest != plain.digest and eager.factors["args"] == {**plain.factors["args"], "enforce_eager": True}
 
 
+def test_vllm_033s_disable_spellings_are_read_as_vllm_033_reads_them():
+    """0.33 pairs every `--enable-x` with `--disable-x` (utils/argparse_utils.py EnableDisableAction). Read as
+    a flag the table did not know, `--disable-chunked-prefill` stayed a word beside the dest, and the last of
+    two spellings, which vLLM obeys, was lost: both command lines below gave one key while CUDA vLLM 0.33.0
+    hashes them apart (tests/vllm/test_vllm033_hash.py)."""
+    on = {"ENABLE_CHUNKED_PREFILL": "true"}
+    off = key({**on, "VLLM_EXTRA_ARGS": "--disable-chunked-prefill"})
+    back_on = key({**on, "VLLM_EXTRA_ARGS": "--disable-chunked-prefill --enable-chunked-prefill"})
+    assert off.factors["args"]["enable_chunked_prefill"] is False
+    assert back_on.factors["args"]["enable_chunked_prefill"] is True
+    assert off.digest != back_on.digest
+    assert (
+        key({"ENABLE_CHUNKED_PREFILL": "false"}).digest == key({"VLLM_EXTRA_ARGS": "--disable-chunked-prefill"}).digest
+    )
+
+
+def test_flags_and_fields_vllm_033_does_not_hash_keep_the_key():
+    """KernelConfig's warm-up switches, cascade attention, custom all-reduce: out of 0.33's hash, out of the key."""
+    plain = key(BASELINE)
+    for extra in (
+        "--disable-flashinfer-autotune",
+        "--enable-flashinfer-autotune",
+        "--disable-cascade-attn",
+        "--disable-custom-all-reduce",
+        '--kernel-config \'{"enable_flashinfer_autotune": false, "enable_jit_warmup": false}\'',
+    ):
+        assert key({**BASELINE, "VLLM_EXTRA_ARGS": extra}).digest == plain.digest, extra
+    hashed = key({**BASELINE, "VLLM_EXTRA_ARGS": "--kernel-config '{\"monokernel\": true}'"})
+    assert hashed.digest != plain.digest and hashed.factors["args"]["kernel_config"] == {"monokernel": True}
+
+
 @pytest.mark.parametrize("group", sorted(SAME_KEY_GROUPS))
 def test_spellings_vllm_reads_alike_give_one_key(group):
     keys = {key(env).digest for env in SAME_KEY_GROUPS[group]}

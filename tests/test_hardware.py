@@ -329,3 +329,31 @@ def test_cli_refuses_a_gpu_machine_it_cannot_read(tmp_path, volume, tiny_model):
     assert "NVIDIA_VISIBLE_DEVICES=all" in result.stderr
     assert "exited 9: NVIDIA-SMI has failed" in result.stderr
     assert "refusing to boot with a CPU cache key" in result.stderr
+
+
+def test_the_nvidia_driver_version_is_read_from_the_kernel_modules_line(tmp_path):
+    """It names CUDA's ComputeCache folder (the one cache NVIDIA's driver invalidates when it changes)."""
+    from warmstart.hardware import nvidia_driver_version
+    from warmstart.store.layout import CacheDirs
+
+    version = tmp_path / "version"
+    version.write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    assert nvidia_driver_version(version) == "550.54.15"
+    open_module = tmp_path / "open"
+    open_module.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build\n")
+    assert nvidia_driver_version(open_module) == "580.95.05"
+    assert nvidia_driver_version(tmp_path / "missing") is None
+    # Each driver its own folder inside the `cuda` layer; every other layer (and the key) shared.
+    dirs = CacheDirs(tmp_path / "cache", cuda_driver="550.54.15")
+    other = CacheDirs(tmp_path / "cache", cuda_driver="580.95.05")
+    assert dirs.env()["CUDA_CACHE_PATH"] == str(tmp_path / "cache" / "cuda" / "driver-550.54.15")
+    assert other.env()["CUDA_CACHE_PATH"] != dirs.env()["CUDA_CACHE_PATH"]
+    assert {k: v for k, v in dirs.env().items() if k != "CUDA_CACHE_PATH"} == {
+        k: v for k, v in other.env().items() if k != "CUDA_CACHE_PATH"
+    }
+    assert CacheDirs(tmp_path / "cache").env()["CUDA_CACHE_PATH"] == str(tmp_path / "cache" / "cuda")
+    dirs.create()
+    assert (tmp_path / "cache" / "cuda" / "driver-550.54.15").is_dir()

@@ -251,6 +251,22 @@ def gpu_signs(env: Mapping[str, str], dev: Path = Path("/dev")) -> list[str]:
 SmiRunner = Callable[[list[str]], str]
 
 
+# The kernel module's version line, readable in a container that has the GPU (the host's procfs):
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024".
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+_DRIVER = re.compile(r"Kernel Module(?: for \w+)?\s+(\d+(?:\.\d+)+)")
+
+
+def nvidia_driver_version(path: Path = DRIVER_VERSION_FILE) -> str | None:
+    """The NVIDIA driver's version (`550.54.15`), or None where no driver is loaded or the file says no version.
+    It names CUDA's ComputeCache folder (store/layout.py CacheDirs): never a key factor."""
+    try:
+        m = _DRIVER.search(path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
 def run_smi(args: list[str], smi: str | None = None, timeout: float = SMI_TIMEOUT_S) -> str:
     """stdout of nvidia-smi with `args`. Raises OSError/SubprocessError (missing, failing, hanging)."""
     exe = smi or shutil.which("nvidia-smi")

@@ -39,7 +39,7 @@ from .settings import Settings
 from .variables import ENGINE_FLAGS
 from .vllm.argv import flags, without_flags
 from .vllm.argvalues import dest_of, parsed_values
-from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
+from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, JSON_FIELDS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
 from .vllm.install import EngineInfo
 
 # Engine-flag variables that vLLM leaves out of its hash (`in_key` False): out of the key
@@ -81,6 +81,11 @@ def key_args(settings: Settings, fit: ConcurrencyFit | None = None) -> dict[str,
     argv = [*engine_flag_args(settings, fit), *settings.extra_args]
     dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or looks_secret(f)} | FLAGS_NOT_IN_KEY
     values = parsed_values(argv, dropped)
+    for flag, unhashed in JSON_FIELDS_NOT_IN_KEY.items():
+        if isinstance(values.get(dest := dest_of(flag)), dict):
+            values[dest] = {k: v for k, v in values[dest].items() if k not in unhashed}
+            if not values[dest]:
+                del values[dest]  # only fields vLLM does not hash: as if the flag were not given
     for flag, fields in SECRET_JSON_FIELDS.items():
         dest = dest_of(flag)
         if isinstance(values.get(dest), dict):

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import log
 from .engine.concurrency import ConcurrencyFit, fit_concurrency
-from .hardware import Hardware, HardwareProbe, describe, detect_cpu, detect_hardware, engine_world_size
+from .hardware import (
+    Hardware,
+    HardwareProbe,
+    describe,
+    detect_cpu,
+    detect_hardware,
+    engine_world_size,
+    nvidia_driver_version,
+)
 from .key import CacheKey, derive_key
 from .log import StageWarning
 from .model import ResolvedModel, resolve, vllm_model_path
@@ -186,6 +194,8 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
             deadline_s=settings.restore_deadline_s,
         )
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
+    if hardware.kind == "gpu":  # CUDA's ComputeCache: a folder per driver (store/layout.py CacheDirs)
+        place = replace(place, cache_dirs=replace(place.cache_dirs, cuda_driver=nvidia_driver_version()))
     env = engine_env(place.layout, place.cache_dirs, offline=True)
     env.update(derived)
     return BootPlan(

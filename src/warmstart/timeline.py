@@ -31,6 +31,7 @@ _FIXED_COLOURS = {
     "compile": "#e76f51",
     "kv_cache": "#2a9d8f",
     "cudagraph": "#9b5de5",
+    "unlogged": "#dee2e6",  # time the log does not explain: drawn blank-ish, never in a phase's colour
     "api_ready": "#43aa8b",
     "publish": "#577590",
 }

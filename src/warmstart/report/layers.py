@@ -22,9 +22,10 @@ from typing import Any
 from .. import log
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..vllm.cudagraphs import capture_summary
-from ..vllm.logread import compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
+from ..vllm.logread import compile_silence, compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
 from ..vllm.phases import LogEvidence, compute_phases, earliest, phase_details
 from ..vllm.releases import release_note
+from ..vllm.silences import describe
 from ..weights import describe as weights_line
 
 # Report layers. VLLM_CACHE_ROOT is one directory but holds several caches (VLLM_ROOT_PARTS);
@@ -119,8 +120,8 @@ def vllm_compile_status(ev: LogEvidence, compile_delta: TreeDelta | None) -> tup
         return status, f"no vLLM compile log lines; {COMPILE_SUBDIR}: {detail}"
     if (why := compile_unknown(ev)) is not None:
         return "unknown", why
-    if compile_delta is None:
-        return "unused", "no vLLM compile-cache lines in the log (eager, or stock Inductor on CPU)"
+    if compile_delta is None:  # a saved log alone: `unused` only where it can tell (logread.compile_silence)
+        return compile_silence(ev)
     return "unused", "no vLLM compile cache on this platform (compiled through stock Inductor, or eager)"
 
 
@@ -370,6 +371,7 @@ class BootReport:
         out.append(log.line("phases", phase_text or "no phase markers found"))
         if self.phase_detail.get("compile_includes_profiling_run"):
             out.append(log.line("phases", "compile includes vLLM's first profiling run (AOT compile off)"))
+        out += [log.line("phases", describe(s)) for s in self.phase_detail.get("unlogged", ())]
         if split := self.phase_detail.get("compile_split"):
             out.append(
                 log.line("phases", f"compile: language model {split['language_model']} s, encoder {split['encoder']} s")

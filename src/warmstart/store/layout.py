@@ -101,9 +101,22 @@ class VolumeLayout:
 
 @dataclass(frozen=True)
 class CacheDirs:
-    """The per-layer cache directories under one base (on the volume, or a local staging copy)."""
+    """The per-layer cache directories under one base (on the volume, or a local staging copy).
+
+    `cuda_driver`: the NVIDIA driver's version, where known. Of the caches here only CUDA's ComputeCache
+    depends on it (docs/how-it-works.md, "The NVIDIA driver"): NVIDIA's driver invalidates that cache when the
+    driver changes, so workers on hosts with different drivers that shared one directory would throw away
+    each other's entries. Each driver gets a folder of its own inside the `cuda` layer; the key and the
+    other layers stay shared (Triton, DeepGEMM and FlashInfer key on their compiler and the GPU's arch)."""
 
     base: Path
+    cuda_driver: str | None = None
+
+    @property
+    def cuda_cache(self) -> Path:
+        """CUDA_CACHE_PATH: the `cuda` layer, or the driver's own folder inside it."""
+        cuda = self.layer("cuda")
+        return cuda / f"driver-{self.cuda_driver}" if self.cuda_driver else cuda
 
     def layer(self, name: str) -> Path:
         for layer, sub, _ in CACHE_LAYERS:
@@ -115,11 +128,12 @@ class CacheDirs:
         return {layer: self.base / sub for layer, sub, _ in CACHE_LAYERS}
 
     def create(self) -> None:
-        for path in self.layers().values():
+        for path in [*self.layers().values(), self.cuda_cache]:
             path.mkdir(parents=True, exist_ok=True)
 
     def env(self) -> dict[str, str]:
         env = {var: str(self.base / sub) for _, sub, var in CACHE_LAYERS}
+        env["CUDA_CACHE_PATH"] = str(self.cuda_cache)
         env["CUDA_CACHE_MAXSIZE"] = CUDA_CACHE_MAXSIZE
         return env
 

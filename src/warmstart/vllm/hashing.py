@@ -42,8 +42,31 @@ EXTRA_ARGS_NOT_IN_KEY = frozenset(
         "--safetensors-load-strategy",
         "--use-tqdm-on-load",
         "--no-use-tqdm-on-load",
+        # Left out of 0.33's hash (checked against CUDA 0.33.0 in tests/vllm/test_vllm033_hash.py, and 0.32):
+        # config/model.py ignored_factors, config/parallel.py ignored_factors ("disable_custom_all_reduce"),
+        # config/kernel.py ignored_factors ("enable_flashinfer_autotune"); the hybrid KV-cache manager is not a
+        # SchedulerConfig.compute_hash factor. Every spelling of one goes with it (0.33's `--disable-x` /
+        # `--enable-x` pairs: vllm/flagtypes.py reads them to one dest).
+        "--disable-cascade-attn",
+        "--disable-custom-all-reduce",
+        "--enable-flashinfer-autotune",
+        "--disable-hybrid-kv-cache-manager",
     }
 )
+
+# Fields of JSON flags that vLLM leaves out of its hash while it hashes the rest of the object: 0.33's
+# KernelConfig.compute_hash `ignored_factors` (config/kernel.py), the warm-up switches. Left out of the key's copy
+# of the object, so `--kernel-config '{"enable_flashinfer_autotune": false}'` keeps a worker warm.
+JSON_FIELDS_NOT_IN_KEY = {
+    "--kernel-config": frozenset(
+        {
+            "enable_cutedsl_warmup",
+            "enable_jit_warmup",
+            "enable_flashinfer_autotune",
+            "enable_rocm_segmented_attn_autotune",
+        }
+    ),
+}
 
 # Variables without the VLLM_ prefix that vLLM 0.33 reads through vllm/envs.py and hashes into
 # its compile cache (`envs.compile_factors()`: every `environment_variables` entry minus its

