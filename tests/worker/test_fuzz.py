@@ -26,9 +26,6 @@ from hypothesis import strategies as st
 
 from helpers.worker import Worker
 from warmstart.worker.handler import (
-    MAX_BODY_BYTES,
-    MAX_DEPTH,
-    ROUTES,
     EngineRequest,
     InputError,
     JobHandler,
@@ -36,6 +33,7 @@ from warmstart.worker.handler import (
     make_handler,
     parse_job_input,
 )
+from warmstart.worker.routes import MAX_BODY_BYTES, MAX_DEPTH, ROUTES
 
 SERVED = "org/model"
 BASE = "http://127.0.0.1:8123"
