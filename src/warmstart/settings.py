@@ -86,6 +86,11 @@ class Settings:
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (vllm/engine.py reaches_vllm reads it from the environment)
     seed_siblings: str
+    endpoint_type: str  # queue or load_balancer (worker/serve.py picks the front)
+    port: int  # load_balancer: the HTTP front's port
+    port_health: int | None  # load_balancer: /ping's port; None: PORT
+    http_host: str
+    drain_s: float
     warnings: tuple[str, ...] = ()
 
     @property
