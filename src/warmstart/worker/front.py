@@ -42,10 +42,23 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .routes import MAX_BODY_BYTES, MAX_DEPTH, ROUTES, method_refusal, route_refusal, too_deep, too_deep_message
 
 log = logging.getLogger("warmstart")
+
+
+class _NoBadRequests(logging.Filter):
+    """aiohttp logs a traceback for every request its parser refuses (it has answered 400 already):
+    a port on the internet gets such requests all day. Those go; any other error stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HttpProcessingError))
+
+
+http_log = logging.getLogger("warmstart.front")
+http_log.addFilter(_NoBadRequests())
 
 PING = "/ping"
 BOOT_REPORT = "/warmstart/boot_report"
@@ -351,7 +364,7 @@ class FrontServer:
                 handlers.append((self.health_port, self.front.health_only))
             for port, handler in handlers:
                 # No access log: nothing about a request (its headers above all) reaches a log line.
-                server = web.Server(handler, handler_cancellation=True, access_log=None)
+                server = web.Server(handler, handler_cancellation=True, access_log=None, logger=http_log)
                 runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
                 await runner.setup()
                 runners.append(runner)
