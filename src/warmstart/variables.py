@@ -317,7 +317,7 @@ WRAPPER: tuple[Variable, ...] = (
         "choice",
         "the Runpod endpoint's type: `queue` (jobs, through the Runpod SDK) or `load_balancer` (HTTP: vLLM's "
         "OpenAI routes on `PORT`, `GET /ping` on `PORT_HEALTH`; see "
-        "[Load-balancing endpoints](../README.md#load-balancing-endpoints))",
+        "[Load-balancing endpoints](load-balancing.md))",
         default="queue",
         choices=ENDPOINT_TYPES,
         field="endpoint_type",

@@ -148,7 +148,14 @@ def serve_http(settings: Settings, redactor: Redactor, rest: list[str]) -> int:
         front.boot_report = lambda: report_dict
         engine = Engine(boot.engine.base_url, settings.engine_api_key is not None, settings.request_timeout_s)
         front.serve(engine, watchdog.failure_message)
-        stage("serve", "serving vLLM's OpenAI API on port %d; boot report at GET %s", server.ports[0], BOOT_REPORT)
+        host = "localhost" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+        base = f"http://{host}:{server.ports[0]}"
+        stage(
+            "serve",
+            "serving vLLM's OpenAI API: OpenAI(base_url=%r); boot report: GET %s",
+            base + "/v1",
+            base + BOOT_REPORT,
+        )
         while not stop.wait(1.0):
             pass
         drain(front, settings.drain_s)
