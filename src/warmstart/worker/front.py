@@ -262,14 +262,18 @@ class Front:
         except (ClientError, asyncio.TimeoutError, OSError) as exc:
             return await self._upstream_error(route, exc)
         answer: web.StreamResponse | None = None
+        whole = False  # vLLM's answer was read to its end
         try:
             relayed = {k: v for k, v in upstream.headers.items() if k.lower() not in NOT_RELAYED}
             if upstream.content_length is not None:  # a plain body: one read, one write
-                return web.Response(status=upstream.status, body=await upstream.read(), headers=relayed)
+                body = await upstream.read()
+                whole = True
+                return web.Response(status=upstream.status, body=body, headers=relayed)
             answer = web.StreamResponse(status=upstream.status, headers=relayed)
             await answer.prepare(request)
             async for received in upstream.content.iter_any():  # each chunk as it arrives
                 await answer.write(received)
+            whole = True
             await answer.write_eof()
             return answer
         except (ClientError, asyncio.TimeoutError) as exc:
@@ -281,9 +285,12 @@ class Front:
                 request.transport.abort()
             return answer
         finally:
-            # Unread (a client that left, an error): the connection closes and vLLM aborts the
-            # request; read to the end: it goes back to the pool.
-            upstream.release()
+            if whole:
+                upstream.release()  # the connection goes back to the pool
+            else:
+                # A client that left (its handler cancelled), an error: closing the connection
+                # is what makes vLLM abort the request (its handlers watch for the disconnect).
+                upstream.close()
 
 
 async def _read_body(request: web.BaseRequest) -> bytes:
