@@ -64,9 +64,13 @@ class Recorder(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _answer
 
 
+class RecordingServer(ThreadingHTTPServer):
+    request_queue_size = 512  # the listen backlog (socketserver's default is 5; vLLM's uvicorn has 2048)
+
+
 @pytest.fixture(scope="module")
 def front() -> Iterator[tuple[int, Front]]:
-    engine = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    engine = RecordingServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     state = Front()
     server = FrontServer(state, "127.0.0.1", 0)
