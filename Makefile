@@ -15,6 +15,8 @@ VLLM_CPU_KVCACHE_SPACE ?= 1
 RUNPOD_VOLUME_PATH ?= $(CURDIR)/volume
 WARMSTART_LOCAL_CACHE ?= $(CURDIR)/.local-cache
 RUNPOD_API_PORT ?= 8000
+# `make run ENDPOINT_TYPE=load_balancer`: the load-balancing front (HTTP, /ping) on the same port.
+ENDPOINT_TYPE ?= queue
 export MODEL_NAME MAX_MODEL_LEN MAX_NUM_SEQS VLLM_CPU_KVCACHE_SPACE RUNPOD_VOLUME_PATH WARMSTART_LOCAL_CACHE
 
 .PHONY: run boot test lint install clean testmodel fuse chromium gpu-check bench-tools image-check
@@ -57,10 +59,16 @@ test: install fuse chromium lint
 testmodel: $(VENV)/.installed
 	$(VENV)/bin/warmstart-dev testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
 
-# The worker, with Runpod's local API server on loopback. Ctrl-C stops it (and vLLM).
+# The worker, with Runpod's local API server on loopback (or, ENDPOINT_TYPE=load_balancer, its
+# HTTP front: vLLM's OpenAI routes and /ping). Ctrl-C stops it (and vLLM).
 run: install testmodel
+ifeq ($(ENDPOINT_TYPE),load_balancer)
+	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python WARMSTART_ENDPOINT_TYPE=load_balancer \
+		WARMSTART_HTTP_HOST=127.0.0.1 PORT=$(RUNPOD_API_PORT) $(VENV)/bin/warmstart serve
+else
 	WARMSTART_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/warmstart serve \
 		--rp_serve_api --rp_api_host 127.0.0.1 --rp_api_port $(RUNPOD_API_PORT)
+endif
 
 # One boot: report, then stop.
 boot: install testmodel

