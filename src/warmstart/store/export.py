@@ -239,7 +239,7 @@ def export(chosen: Mapping[str, StoredKey], open_store: Callable[[StoredKey], Bu
     to), or a `.tar` file of that folder. Raises ExportError if a key could not be exported."""
     as_tar = out.suffix == ".tar"
     folder = out.with_name(f".{out.name}.exporting-{os.getpid()}") if as_tar else out
-    if not as_tar and out.exists() and any(out.iterdir()) and not (out / EXPORT_FILE).exists():
+    if not as_tar and out.exists() and _foreign(out):
         raise ExportError(f"{out} exists and holds something else than an export: choose another path")
     (folder / KEYS_DIR).mkdir(parents=True, exist_ok=True)
     done: list[ExportedKey] = []
@@ -266,6 +266,13 @@ def export(chosen: Mapping[str, StoredKey], open_store: Callable[[StoredKey], Bu
         if as_tar:
             shutil.rmtree(folder, ignore_errors=True)
     return ExportResult(out, tuple(done))
+
+
+def _foreign(folder: Path) -> list[str]:
+    """What in `folder` no export wrote: an export adds keys to an earlier one, or fills the repo's
+    image-caches/ (its README stays), and never mixes with anything else."""
+    own = {KEYS_DIR, EXPORT_FILE, "README.md"}
+    return [e.name for e in folder.iterdir() if e.name not in own and not e.name.startswith(".")]
 
 
 def _read_record(folder: Path) -> dict[str, Any]:
