@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import SettingsError, from_env, process_environment
 
@@ -124,18 +125,14 @@ def _price(args: argparse.Namespace) -> float | None:
         raise SettingsError([str(exc)]) from exc
 
 
-def _size(n: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 def cmd_ls(args: argparse.Namespace) -> int:
+    from .imagecmd import image_block, image_caches, ls_image_only, print_image, volume_root
     from .store.scan import scan_volume
 
+    if ls_image_only(args, image := image_block(image_caches(args)), volume_root(args)):
+        return 0
     scan = scan_volume(_layout(args))
-    data = scan.to_json(_price(args))
+    data = scan.to_json(_price(args)) | ({"image": image} if image else {})
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -166,6 +163,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     )
     for w in scan.warnings:
         print(f"warning: {w}")
+    if image is not None:
+        print_image(image)
     return 0
 
 
@@ -380,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="USD",
         help="flat USD per GB and month (default: $WARMSTART_VOLUME_PRICE_GB_MONTH, else Runpod's tiers)",
     )
+    p.add_argument("--image", metavar="DIR", help="caches baked into an image (default: $WARMSTART_IMAGE_CACHES)")
     p.set_defaults(func=cmd_ls)
+    __import__("warmstart.imagecmd", fromlist=["add_export_parser"]).add_export_parser(sub, with_volume)
 
     p = with_volume(sub.add_parser("explain", help="will the next boot be cold, and why; why a key's last boot missed"))
     p.add_argument("key", nargs="?", help="a key directory name: explain its last boot")

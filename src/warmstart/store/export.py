@@ -316,7 +316,7 @@ def stored_keys(keys_dir: Path | None, s3: Any | None) -> list[StoredKey]:
 
 def store_opener(keys_dir: Path | None, s3: Any | None) -> Callable[[StoredKey], BundleStore]:
     """How to open a key's store where `stored_keys` found it."""
-    from .folder import StagedStore
+    from .volume import StagedStore
     from .siblings import sibling_store
 
     def open_store(where: StoredKey) -> BundleStore:

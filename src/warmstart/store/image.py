@@ -54,7 +54,7 @@ class ImageStore(BundleStore):
     """One key's baked generation: `<image caches>/keys/<key>/staged`, read-only."""
 
     root: Path
-    kind = "image"
+    kind = "image"  # a Tier: a class attribute, not a dataclass field
 
     @property
     def location(self) -> str:

@@ -12,6 +12,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from warmstart.store.volume import StagedStore
+from warmstart.store.publish import publish
 
 from helpers.files import stat_tree, tree, write
 from warmstart.store.bundle import StoreError
@@ -26,9 +28,7 @@ from warmstart.store.export import (
     store_opener,
     stored_keys,
 )
-from warmstart.store.folder import StagedStore
 from warmstart.store.image import ImageStore, ReadOnly, image_store, scan_image
-from warmstart.store.staged import publish
 from warmstart.store.tiers import publish_tier, restore_tiers
 
 KEY = "tiny-llama--9fbe67ea--h100-80gb-hbm3-sm90x1--vllm-0.33.0--6cb17eac28"
@@ -271,8 +271,9 @@ def test_export_from_s3_equals_export_from_the_volume(volume, s3_root, tmp_path)
 
 
 def test_keys_published_to_each_tier_export_to_the_same_caches(volume, local, s3_root, tmp_path):
+    from warmstart.store.restore import restore
+
     from warmstart.store.siblings import record_key, sibling_store
-    from warmstart.store.staged import restore
 
     s3 = sibling_store(s3_root, KEY)
     published = publish(s3, local, publisher="gpu", lease_wait_s=0)
