@@ -163,8 +163,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     )
     for w in scan.warnings:
         print(f"warning: {w}")
-    if image is not None:
-        print_image(image)
+    print_image(image)  # nothing without an image
     return 0
 
 
@@ -187,7 +186,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
         scan = scan_volume(plan.layout)
         on = settings.seed_siblings == "auto"
-        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed, seeding=on)
+        result = explain.explain_current(
+            plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed, seeding=on, image=plan.image
+        )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

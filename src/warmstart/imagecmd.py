@@ -71,7 +71,10 @@ def image_block(caches: Path | None) -> dict[str, Any] | None:
     }
 
 
-def print_image(image: dict[str, Any]) -> None:
+def print_image(image: dict[str, Any] | None) -> None:
+    """`warmstart ls`'s lines on the image's caches (none where it carries none)."""
+    if image is None:
+        return
     print(f"Baked into the image at {image['path']} (read-only; {size_words(image['bundle_bytes'])}):")
     for k in image["keys"]:
         print(f"  {k['key']}")

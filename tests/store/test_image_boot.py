@@ -123,3 +123,17 @@ def test_export_refuses_what_it_cannot_find_and_writes_nothing(tmp_path, fake_vl
     by_name = run_warmstart(["export", str(out), "--key", cold["key"]], {**env, "MODEL_NAME": ""}, timeout=60)
     assert by_name.returncode == 0, by_name.stderr
     assert (out / "keys" / cold["key"] / "manifest.json").exists()
+
+
+def test_explain_says_a_key_the_image_holds_boots_warm(tmp_path, fake_vllm_python, exported):
+    image, cold = exported
+    volume = tmp_path / "explain-volume"
+    write_test_model(volume / "huggingface-cache" / "hub", MODEL)
+    env = base_env(volume, fake_vllm_python, tmp_path, WARMSTART_IMAGE_CACHES=str(image))
+    done = run_warmstart(["explain", "--json"], env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert (data["key"], data["next_boot"]) == (cold["key"], "warm expected")
+    assert "the image holds a generation of this key" in data["reason"]
+    other = run_warmstart(["explain", "--json"], {**env, "MAX_MODEL_LEN": "128"}, timeout=120)
+    assert json.loads(other.stdout)["next_boot"] == "partial expected"
