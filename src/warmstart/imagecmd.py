@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +51,9 @@ def size_words(n: float) -> str:
 
 def image_caches(args: argparse.Namespace) -> Path | None:
     """The image's baked caches: --image, else $WARMSTART_IMAGE_CACHES (set in the image); None if absent."""
-    raw = getattr(args, "image", None) or os.environ.get("WARMSTART_IMAGE_CACHES")
+    from .settings import read_one
+
+    raw = getattr(args, "image", None) or read_one(args.environ, "WARMSTART_IMAGE_CACHES")
     return Path(raw) if raw and Path(raw).is_dir() else None
 
 
@@ -106,7 +107,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not args.key and not args.gpu:
         raise SettingsError(["name the keys (--key KEY) or the GPUs the caches are for (--gpu NAME, or --gpu cpu)"])
     # --key names the keys itself: the model is not needed then, but Settings demands one.
-    env = os.environ if not args.key or os.environ.get("MODEL_NAME") else {**os.environ, "MODEL_NAME": "by/key"}
+    env = args.environ if not args.key or args.environ.get("MODEL_NAME") else {**args.environ, "MODEL_NAME": "by/key"}
     settings = from_env(env, volume=args.volume)
     root = settings.volume
     keys_dir = root / "warmstart" / "keys" if args.source != "s3" and root.is_dir() else None
@@ -136,23 +137,23 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def wanted_from(settings: Settings) -> Wanted:
+    """What a boot of these settings would key, less the hardware and vLLM builds the export cannot probe:
+    the vLLM variables warmstart derives per hardware kind (plan.derive_engine_env) come from the kind
+    each stored key records; the concurrency fit is the plan's (it reads the settings only)."""
+    from .engine.concurrency import fit_concurrency
     from .hardware import Hardware
     from .key import key_args, key_vllm_env
     from .plan import derive_engine_env
     from .store.export import Wanted
 
-    """What a boot of these settings would key, less the hardware and vLLM builds the export cannot probe:
-    the vLLM variables warmstart derives per hardware kind (plan.derive_engine_env) come from the kind
-    each stored key records."""
-
     def vllm_env(kind: str) -> dict[str, str]:
         return key_vllm_env({**dict(settings.vllm_env), **derive_engine_env(Hardware(kind, "", "", 1), settings)})
 
-    return Wanted(settings.model_name, settings.model_revision, key_args(settings), vllm_env)
+    return Wanted(settings.model_name, settings.model_revision, key_args(settings, fit_concurrency(settings)), vllm_env)
 
 
 def volume_root(args: argparse.Namespace) -> Path:
     """The volume `warmstart ls` would list: --volume, $RUNPOD_VOLUME_PATH or $BASE_PATH (cli._layout's order)."""
-    from .variables import DEFAULT_VOLUME
+    from .settings import volume_root as root
 
-    return Path(args.volume or os.environ.get("RUNPOD_VOLUME_PATH") or os.environ.get("BASE_PATH") or DEFAULT_VOLUME)
+    return root(args.environ, args.volume)

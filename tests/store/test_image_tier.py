@@ -12,8 +12,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from warmstart.store.volume import StagedStore
-from warmstart.store.publish import publish
 
 from helpers.files import stat_tree, tree, write
 from warmstart.store.bundle import StoreError
@@ -29,7 +27,9 @@ from warmstart.store.export import (
     stored_keys,
 )
 from warmstart.store.image import ImageStore, ReadOnly, image_store, scan_image
+from warmstart.store.publish import publish
 from warmstart.store.tiers import publish_tier, restore_tiers
+from warmstart.store.volume import StagedStore
 
 KEY = "tiny-llama--9fbe67ea--h100-80gb-hbm3-sm90x1--vllm-0.33.0--6cb17eac28"
 FACTORS = {
@@ -205,6 +205,14 @@ def test_the_environment_key_is_found_by_the_gpu_named():
     assert list(chosen) == ["h100-1024"]
     pinned = Wanted("org/tiny", "other-revision", {"max_model_len": 512}, wanted().vllm_env)
     assert choose_keys(stored, wanted=pinned, gpus=["H100"])[0] == {}
+    # The image's own vLLM variables (vLLM's image sets VLLM_USAGE_SOURCE) are in its keys, not here: a key
+    # with more variables matches, after one with exactly these.
+    imaged = {**FACTORS, "vllm_env": {**FACTORS["vllm_env"], "VLLM_USAGE_SOURCE": "production-docker-image"}}
+    with_image = [StoredKey("imaged", imaged, "volume", "2026-12-09"), *stored]
+    assert list(choose_keys(with_image, wanted=wanted(), gpus=["H100"])[0]) == ["h100-new"]
+    assert list(choose_keys(with_image[:1], wanted=wanted(), gpus=["H100"])[0]) == ["imaged"]
+    other_value = {**FACTORS, "vllm_env": {"VLLM_ENABLE_STARTUP_PLAN": "0"}}
+    assert choose_keys([StoredKey("off", other_value, "volume")], wanted=wanted(), gpus=["H100"])[0] == {}
     # By name, the volume's copy first when both hold it.
     both = [StoredKey("k", FACTORS, "s3"), StoredKey("k", FACTORS, "volume")]
     assert choose_keys(both, names=["k", "absent"]) == ({"k": both[0]}, ["no key absent in the store(s)"])
@@ -272,7 +280,6 @@ def test_export_from_s3_equals_export_from_the_volume(volume, s3_root, tmp_path)
 
 def test_keys_published_to_each_tier_export_to_the_same_caches(volume, local, s3_root, tmp_path):
     from warmstart.store.restore import restore
-
     from warmstart.store.siblings import record_key, sibling_store
 
     s3 = sibling_store(s3_root, KEY)

@@ -77,26 +77,33 @@ def gpu_matches(hardware: Mapping[str, Any], gpu: str) -> bool:
     return norm(gpu) in name or norm(gpu).removeprefix("nvidia") in name
 
 
-def matches(factors: Mapping[str, Any], wanted: Wanted, gpu: str) -> bool:
-    """Would a boot of `wanted` on `gpu` have this key's factors (hardware and vLLM builds aside)?"""
+def matches(factors: Mapping[str, Any], wanted: Wanted, gpu: str) -> int | None:
+    """Would a boot of `wanted` on `gpu` have this key's factors (hardware and vLLM builds aside)? 0: the
+    same vLLM variables; 1: those and more, which the image itself sets (vLLM's image sets
+    VLLM_USAGE_SOURCE, which vLLM hashes) and the exporting machine cannot know; None: no."""
     hardware = factors.get("hardware")
     if not isinstance(hardware, Mapping) or not gpu_matches(hardware, gpu):
-        return False
+        return None
     if factors.get("model") != wanted.model:
-        return False
+        return None
     if wanted.revision and factors.get("revision") != wanted.revision:
-        return False
+        return None
     if (factors.get("args") or {}) != dict(wanted.args):
-        return False
-    return (factors.get("vllm_env") or {}) == dict(wanted.vllm_env(str(hardware.get("kind"))))
+        return None
+    recorded = dict(factors.get("vllm_env") or {})
+    mine = dict(wanted.vllm_env(str(hardware.get("kind"))))
+    if recorded == mine:
+        return 0
+    return 1 if all(recorded.get(k) == v for k, v in mine.items()) else None
 
 
 def choose_keys(
     stored: Iterable[StoredKey], *, names: Sequence[str] = (), wanted: Wanted | None = None, gpus: Sequence[str] = ()
 ) -> tuple[dict[str, StoredKey], list[str]]:
     """The keys to export (name -> where it is: the first tier that holds it, volume before S3),
-    and what could not be found. By name; or, with `wanted`, per GPU the most recently used
-    matching key (others that match too, e.g. of another vLLM, are named in a note)."""
+    and what could not be found. By name; or, with `wanted`, per GPU the matching key, one with exactly
+    these vLLM variables before one with more, then the most recently used (others that match too,
+    e.g. of another vLLM, are named in a note)."""
     by_name: dict[str, StoredKey] = {}
     for key in stored:
         by_name.setdefault(key.name, key)
@@ -109,11 +116,9 @@ def choose_keys(
             missing.append(f"no key {name} in the store(s)")
     if wanted is not None:
         for gpu in gpus:
-            found = sorted(
-                (k for k in by_name.values() if matches(k.factors, wanted, gpu)),
-                key=lambda k: k.last_used,
-                reverse=True,
-            )
+            fits = {k.name: matches(k.factors, wanted, gpu) for k in by_name.values()}
+            found = sorted((k for k in by_name.values() if fits[k.name] is not None), key=lambda k: k.last_used)
+            found = sorted(reversed(found), key=lambda k: fits[k.name] or 0)  # exact first, then the newest
             if not found:
                 missing.append(f"no key of {wanted.model} with these flags on {gpu!r} in the store(s)")
                 continue
@@ -316,8 +321,8 @@ def stored_keys(keys_dir: Path | None, s3: Any | None) -> list[StoredKey]:
 
 def store_opener(keys_dir: Path | None, s3: Any | None) -> Callable[[StoredKey], BundleStore]:
     """How to open a key's store where `stored_keys` found it."""
-    from .volume import StagedStore
     from .siblings import sibling_store
+    from .volume import StagedStore
 
     def open_store(where: StoredKey) -> BundleStore:
         if where.tier == "volume" and keys_dir is not None:
