@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import SettingsError, from_env, process_environment
@@ -126,10 +127,9 @@ def _price(args: argparse.Namespace) -> float | None:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from .imagecmd import image_block, image_caches, ls_image_only, print_image, volume_root
     from .store.scan import scan_volume
 
-    if ls_image_only(args, image := image_block(image_caches(args)), volume_root(args)):
+    if (image := ls_image_only(args)) is True:
         return 0
     scan = scan_volume(_layout(args))
     data = scan.to_json(_price(args)) | ({"image": image} if image else {})
@@ -185,10 +185,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         settings = _settings(args)
         plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
         scan = scan_volume(plan.layout)
-        on = settings.seed_siblings == "auto"
-        result = explain.explain_current(
-            plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed, seeding=on, image=plan.image
-        )
+        on, key, image = settings.seed_siblings == "auto", plan.key, plan.image
+        result = explain.explain_current(key.dirname, key.factors, plan.mode, scan, plan.seed, seeding=on, image=image)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -380,9 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="USD",
         help="flat USD per GB and month (default: $WARMSTART_VOLUME_PRICE_GB_MONTH, else Runpod's tiers)",
     )
-    p.add_argument("--image", metavar="DIR", help="caches baked into an image (default: $WARMSTART_IMAGE_CACHES)")
     p.set_defaults(func=cmd_ls)
-    __import__("warmstart.imagecmd", fromlist=["add_export_parser"]).add_export_parser(sub, with_volume)
+    add_image_parsers(sub, with_volume, ls=p)
 
     p = with_volume(sub.add_parser("explain", help="will the next boot be cold, and why; why a key's last boot missed"))
     p.add_argument("key", nargs="?", help="a key directory name: explain its last boot")

@@ -17,8 +17,11 @@ if TYPE_CHECKING:  # the CLI's parser imports this module: what a command needs,
 log = logging.getLogger("warmstart")
 
 
-def add_export_parser(sub: Any, with_volume: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]) -> None:
-    """`warmstart export`'s arguments (cli.build_parser)."""
+def add_image_parsers(
+    sub: Any, with_volume: Callable[[argparse.ArgumentParser], argparse.ArgumentParser], *, ls: argparse.ArgumentParser
+) -> None:
+    """`warmstart export`'s arguments, and `warmstart ls --image` (cli.build_parser)."""
+    ls.add_argument("--image", metavar="DIR", help="caches baked into an image (default: $WARMSTART_IMAGE_CACHES)")
     p = with_volume(
         sub.add_parser("export", help="keys' newest verified caches out of the volume or S3, to bake into an image")
     )
@@ -88,10 +91,12 @@ def print_image(image: dict[str, Any] | None) -> None:
         print(f"warning: {w}")
 
 
-def ls_image_only(args: argparse.Namespace, image: dict[str, Any] | None, volume: Path) -> bool:
-    """In an image started without a volume, `warmstart ls` lists what the image carries, and that is all."""
-    if image is None or args.volume or volume.is_dir():
-        return False
+def ls_image_only(args: argparse.Namespace) -> dict[str, Any] | bool | None:
+    """What the image carries, for `warmstart ls` (None: nothing); True when that is all there is to list,
+    and listed already: in an image started without a volume."""
+    image = image_block(image_caches(args))
+    if image is None or args.volume or volume_root(args).is_dir():
+        return image
     if args.json:
         print(json.dumps({"volume": None, "image": image}, indent=2))
     else:
