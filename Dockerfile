@@ -2,6 +2,8 @@
 #
 #   docker build -t you/warmstart .
 #   docker build -t you/warmstart-qwen --build-arg MODEL_NAME=Qwen/Qwen3-8B --secret id=HF_TOKEN .
+#   docker build -t you/warmstart-qwen-warm --build-arg MODEL_NAME=Qwen/Qwen3-8B \
+#       --build-arg WARMSTART_CACHES=image-caches/qwen.tar --secret id=HF_TOKEN .   # caches too
 #
 # The vLLM version is pinned by the base image tag; warmstart reads it from vLLM's metadata.
 # v0.33.0 is built on CUDA 13.0 with forward compatibility off: hosts need a CUDA 13 driver
@@ -44,5 +46,17 @@ RUN --mount=type=secret,id=HF_TOKEN,required=false \
     fi
 ENV MODEL_NAME=${MODEL_NAME} \
     MODEL_REVISION=${MODEL_REVISION}
+
+# Optional: bake keys' compile and kernel caches into the image, so that a worker starts warm in any
+# datacenter with no volume and no bucket (docs/deploying.md, "Caches baked into the image").
+# WARMSTART_CACHES: a folder or a .tar in the build context written by `warmstart export`. The default,
+# image-caches/, holds only its README: nothing is baked. Read-only at run time: a restore tier before
+# the volume and S3, checked like them; kernels compiled while serving still go to the volume or S3.
+# After the model: new caches rebuild a small layer, not the model's.
+ARG WARMSTART_CACHES=image-caches
+ENV WARMSTART_IMAGE_CACHES=/opt/warmstart-caches
+# ADD, not COPY: it unpacks a .tar export (and copies a folder as COPY would).
+# hadolint ignore=DL3020
+ADD ${WARMSTART_CACHES} ${WARMSTART_IMAGE_CACHES}/
 
 ENTRYPOINT ["warmstart", "serve"]

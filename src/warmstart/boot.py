@@ -130,7 +130,7 @@ class Boot:
             kept = f"could not write the key's manifest on the volume: {exc.strerror or exc}"
             self.store.warnings.append(StageWarning("store", kept))
             log.warning("store", "could not write the key's manifest on the volume: %s", exc)
-        if plan.tiers:
+        if plan.restore_order:
             self.restore()
         plan.cache_dirs.create()
         self.before = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
@@ -178,7 +178,7 @@ class Boot:
         plan = self.plan
         seeding = plan.seed is not None and bool(plan.seed.sources)
         self.restored = restore_tiers(
-            plan.tiers,
+            plan.restore_order,
             plan.cache_dirs.base,
             reader=self.worker,
             ttl_s=plan.settings.lease_ttl_s,
@@ -186,7 +186,7 @@ class Boot:
             otherwise="seeding from a sibling key" if seeding else "starting cold",
         )
         if not self.restored.restored and plan.seed is not None:
-            opener = sibling_opener(plan.staged.root if plan.staged else None, plan.s3)
+            opener = sibling_opener(plan.staged.root if plan.staged else None, plan.s3, plan.settings.image_caches)
             self.seeded = seed_from(
                 plan.seed,
                 plan.cache_dirs.base,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from . import log
 from .errors import EXIT_CONFIG, SettingsError, WarmstartError
+from .imagecmd import add_image_parsers, ls_image_only, print_image
+from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import from_env, process_environment
 
@@ -114,18 +116,13 @@ def _price(args: argparse.Namespace) -> float | None:
         raise SettingsError([str(exc)]) from exc
 
 
-def _size(n: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 def cmd_ls(args: argparse.Namespace) -> int:
     from .store.scan import scan_volume
 
+    if (image := ls_image_only(args)) is True:
+        return 0
     scan = scan_volume(_layout(args))
-    data = scan.to_json(_price(args))
+    data = scan.to_json(_price(args)) | ({"image": image} if image else {})
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -156,6 +153,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     )
     for w in scan.warnings:
         print(f"warning: {w}")
+    print_image(image)  # nothing without an image
     return 0
 
 
@@ -177,8 +175,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         settings = _settings(args)
         plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
         scan = scan_volume(plan.layout)
-        on = settings.seed_siblings == "auto"
-        result = explain.explain_current(plan.key.dirname, plan.key.factors, plan.mode, scan, plan.seed, seeding=on)
+        on, key, image = settings.seed_siblings == "auto", plan.key, plan.image
+        result = explain.explain_current(key.dirname, key.factors, plan.mode, scan, plan.seed, seeding=on, image=image)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -369,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="flat USD per GB and month (default: $WARMSTART_VOLUME_PRICE_GB_MONTH, else Runpod's tiers)",
     )
     p.set_defaults(func=cmd_ls)
+    add_image_parsers(sub, with_volume, ls=p)
 
     p = with_volume(sub.add_parser("explain", help="will the next boot be cold, and why; why a key's last boot missed"))
     p.add_argument("key", nargs="?", help="a key directory name: explain its last boot")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .report.layers import flatten
+from .store.backend import BundleStore
 from .store.scan import KeyInfo, VolumeScan
 from .store.siblings import SeedPlan, Sibling, choose_seeds
 
@@ -192,10 +193,18 @@ def explain_current(
     seed: SeedPlan | None = None,
     *,
     seeding: bool = True,
+    image: BundleStore | None = None,
 ) -> Explanation:
     """The current configuration's key against what the volume holds. `seed`: the boot's plan of
     siblings to seed from (staged mode); without it, the volume's siblings are looked at here.
-    `seeding` False (WARMSTART_SEED_SIBLINGS=off, direct mode): nothing will be seeded."""
+    `seeding` False (WARMSTART_SEED_SIBLINGS=off, direct mode): nothing will be seeded. `image`: the
+    image's generation of this key (store/image.py), which the boot restores first."""
+    if image is not None:
+        reason = (
+            f"the image holds a generation of this key ({image.location}): restored first, before the volume and S3"
+        )
+        exists = scan.key(key_name) is not None
+        return Explanation(key_name, exists, "warm expected", reason, warnings=scan.warnings, factors=factors)
     if mode != "staged" or not seeding:
         seed = None
     elif seed is None:

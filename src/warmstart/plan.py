@@ -30,6 +30,7 @@ from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
 from .settings import Settings
 from .store.backend import BundleStore
+from .store.image import image_store
 from .store.layout import CacheDirs, VolumeLayout, engine_env
 from .store.placement import place_caches, probe_volume
 from .store.siblings import SeedPlan, plan_seed
@@ -59,6 +60,7 @@ class BootPlan:
     publish_blocked: str | None = None  # why nothing may be published to the volume (read-only or full)
     vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
     seed: SeedPlan | None = None  # staged: the siblings to seed from if no generation of its own restores
+    image: BundleStore | None = None  # staged: the key's generation baked into the image (read-only)
 
     @property
     def model_arg(self) -> Path:
@@ -67,12 +69,18 @@ class BootPlan:
 
     @property
     def mode(self) -> str:
-        return "staged" if self.tiers else "direct"
+        return "staged" if self.restore_order else "direct"
 
     @property
     def tiers(self) -> tuple[BundleStore, ...]:
-        """Where generations are restored from, nearest first (and published to)."""
+        """Where generations are published to, nearest first: the volume, then S3 (never the image)."""
         return tuple(t for t in (self.staged, self.s3) if t is not None)
+
+    @property
+    def restore_order(self) -> tuple[BundleStore, ...]:
+        """Where generations are restored from into the local disk, nearest first: the image, the
+        volume, S3. The first intact generation wins (store/tiers.py)."""
+        return tuple(t for t in (self.image, self.staged, self.s3) if t is not None)
 
     def describe(self, redactor: Redactor) -> dict[str, Any]:
         """`warmstart key --json`: the key, its factors and the environment mapping."""
@@ -87,6 +95,7 @@ class BootPlan:
             "cache_mode": self.mode,
             "staged_store": str(self.staged.root) if self.staged else None,
             "s3_store": self.s3.location if self.s3 else None,
+            "image_store": self.image.location if self.image else None,
             "seed": self.seed.to_json() if self.seed else None,
             "warnings": list(self.warnings),
         }
@@ -180,10 +189,14 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
     key = derive_key(settings, model, hardware, engine, derived, fit=fit)
     log.info("key", "%s (%s, vLLM %s, torch %s)", key.dirname, hardware.slug, engine.vllm, engine.torch)
 
-    place = place_caches(settings, volume, key)
+    image = image_store(settings.image_caches, key.dirname) if settings.cache_mode == "staged" else None
+    if image is not None:
+        log.info("image", "a generation of this key is baked into the image: %s", image.location)
+    place = place_caches(settings, volume, key, image=image is not None)
     s3 = _open_s3(settings, key) if place.open_s3 else None
     seed = None
-    if settings.cache_mode == "staged" and settings.seed_siblings == "auto" and (place.staged_root or s3):
+    image_keys = settings.image_caches if settings.cache_mode == "staged" else None
+    if settings.cache_mode == "staged" and settings.seed_siblings == "auto" and (place.staged_root or s3 or image_keys):
         # Read now (a manifest per key), used only if nothing of this key's own restores (store/siblings.py).
         seed = plan_seed(
             key.dirname,
@@ -192,6 +205,8 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
             s3,
             f"--{hardware.slug}--",
             deadline_s=settings.restore_deadline_s,
+            image_keys=image_keys,
+            own_in_image=image is not None,
         )
     # Resolution left a complete snapshot on disk (downloaded if need be): vLLM stays off the Hub.
     if hardware.kind == "gpu":  # CUDA's ComputeCache: a folder per driver (store/layout.py CacheDirs)
@@ -216,6 +231,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         publish_blocked=place.publish_blocked,
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
         seed=seed,
+        image=image,
     )
 
 

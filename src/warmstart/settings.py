@@ -74,6 +74,7 @@ class Settings:
     bundle_compression: str  # staged: zstd or none, for new bundles (store/zst.py)
     local_cache_dir: Path
     baked_hf_cache: Path | None
+    image_caches: Path | None  # staged: keys' generations baked into the image (store/image.py)
     runpod_init_timeout_s: float | None
     hub_offline: bool
     vllm_env: tuple[tuple[str, str], ...]  # variables of vLLM's (is_vllm_variable) that the user set

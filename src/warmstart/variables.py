@@ -342,6 +342,14 @@ WRAPPER: tuple[Variable, ...] = (
         field="baked_hf_cache",
     ),
     Variable(
+        "WARMSTART_IMAGE_CACHES",
+        "path",
+        "keys' caches baked into the image by `warmstart export` (the Dockerfile's `WARMSTART_CACHES`): a "
+        "read-only restore tier before the volume and S3 (staged mode)",
+        shown="none (image: `/opt/warmstart-caches`)",
+        field="image_caches",
+    ),
+    Variable(
         "WARMSTART_S3_URL",
         "str",
         "`s3://BUCKET/PREFIX`: a staged store shared by every datacenter (see "

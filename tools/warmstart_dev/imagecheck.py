@@ -9,6 +9,10 @@ vLLM, and Debian bookworm's Python 3.11 replaces Ubuntu 24.04's 3.12 (the CPU to
 3.11). Then it builds the project's Dockerfile unchanged on it (`buildah bud --from` replaces the first FROM), plain
 and with a baked model, runs the image's own entrypoint with a volume folder at /runpod-volume and Runpod's local
 API server on loopback, sends a prompt job and the boot report job, and boots a second worker that must be warm.
+Then the whole path to an image that starts warm everywhere: `warmstart export` (on this machine, out of that volume
+folder), the baked image built with the model and those caches, run on an empty volume with no S3 (warm, restored
+from the image tier, compile at most 30% of the cold boot's, the same greedy completion), and run under other flags
+(another key: it must boot, cold or seeded).
 
 What it cannot prove: anything CUDA (drivers, the real image's libraries, FlashInfer/DeepGEMM JIT), nor Python 3.12.
 
@@ -46,6 +50,7 @@ MODEL = "warmstart/tiny-llama"
 SENTINEL_TOKEN = "hf_imagecheck_SENTINEL_7f3a9c"  # a sentinel: searched for in every layer
 BUILDAH = ["buildah", "--storage-driver", "vfs"]
 ENGINE_ENV = {"MAX_MODEL_LEN": "512", "MAX_NUM_SEQS": "4", "VLLM_CPU_KVCACHE_SPACE": "1"}
+CACHES_TAR = ".image-check/caches.tar"  # the export, in the build context (REPO), for the baked build only
 
 
 def log(message: str) -> None:
@@ -238,6 +243,7 @@ def serve_and_check(image: str, name: str, env: dict[str, str], volume: Path, lo
         report = c.runsync({"warmstart": "boot_report"})
     out = report.get("output") or {}
     out = out[0] if isinstance(out, list) else out
+    staged = out.get("staged") or {}
     return {
         "entrypoint": c.entrypoint,
         "seconds_to_jobs": ready,
@@ -246,7 +252,28 @@ def serve_and_check(image: str, name: str, env: dict[str, str], volume: Path, lo
         "verdict": out.get("verdict"),
         "model_source": (out.get("model") or {}).get("source"),
         "report_status": report.get("status"),
+        "key": out.get("key"),
+        "compile_s": (out.get("phases") or {}).get("compile"),
+        "restored_from": staged.get("restored_from"),
+        "seeded_from": (staged.get("seeded") or {}).get("from"),
+        "image_store": (staged.get("image") or {}).get("store"),
     }
+
+
+def export_caches(volume: Path, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    """`warmstart export` on this machine (the product's own environment, no vLLM, no GPU): the key this
+    environment would boot on the CPU, out of the volume folder the workers published to, as a tar."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("WARMSTART_", "MODEL_", "VLLM_", "MAX_"))}
+    t0 = time.monotonic()
+    done = run(
+        [sys.executable, "-m", "warmstart.cli", "export", str(out), "--volume", str(volume), "--gpu", "cpu", "--json"],
+        env={**clean, **env},
+        timeout=600,
+    )
+    data = json.loads(done.stdout)
+    return {**data, "seconds": round(time.monotonic() - t0, 1), "tar_bytes": out.stat().st_size}
 
 
 def expect_error(image: str, name: str, env: dict[str, str], volume: Path | None, logs: Path) -> dict[str, Any]:
@@ -309,28 +336,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks["warm_verdict_warm"] = warm["verdict"] == "warm"
         checks["warm_same_completion"] = warm["prompt_text"] == cold["prompt_text"]
 
-        # The baked image: the model comes from a Hub stand-in on loopback at build time, with a build secret.
+        # The caches those workers published, exported on this machine (no vLLM needed) into the build context.
+        log("warmstart export: the key this environment boots on the CPU, out of the volume folder")
+        export = export_caches(volume, REPO / CACHES_TAR, env)
+        result["export"] = export
+        checks["export_holds_the_booted_key"] = [k["key"] for k in export["keys"]] == [cold["key"]]
+
+        # The baked image: the model comes from a Hub stand-in on loopback at build time, with a build secret;
+        # the caches from the export (WARMSTART_CACHES, a tar in the build context that ADD unpacks).
         files = model_files()
         with FakeHub(MODEL, snapshot_commit(files), files) as hub:
             secret = work / "hf_token"
             secret.write_text(SENTINEL_TOKEN)
-            log("building the project's Dockerfile with a baked model (MODEL_NAME, secret HF_TOKEN)")
+            log("building the project's Dockerfile with a baked model and caches (MODEL_NAME, WARMSTART_CACHES)")
             result["build_baked_s"] = build_project(
                 base["image"],
                 baked,
                 ["--build-arg", f"MODEL_NAME={MODEL}", "--secret", f"id=HF_TOKEN,src={secret}",
-                 "--build-arg", f"HF_ENDPOINT={hub.url}"],
+                 "--build-arg", f"HF_ENDPOINT={hub.url}", "--build-arg", f"WARMSTART_CACHES={CACHES_TAR}"],
             )  # fmt: skip
             checks["baked_build_sent_the_token"] = any(SENTINEL_TOKEN in a for a in hub.authorizations)
+        (REPO / CACHES_TAR).unlink(missing_ok=True)
+        result["baked_over_plain_bytes"] = image_size(baked) - image_size(plain)
+        ctr = buildah("from", baked).stdout.strip().splitlines()[-1]
+        du = buildah("run", "--isolation", "chroot", ctr, "--", "du", "-sb", "/opt/warmstart-caches").stdout.split()[0]
+        buildah("rm", ctr)
+        result["baked_caches_bytes"] = int(du)
         scan = layer_hits(baked, SENTINEL_TOKEN, work)
         result["baked_token_search"] = scan
         checks["token_in_no_layer"] = scan["layers_searched"] > 0 and not scan["hits"] and not scan["in_config"]
         empty = work / "empty-volume"
         empty.mkdir()
-        log("the baked image on an empty volume")
+        log("the baked image on an empty volume, no S3")
         baked_run = serve_and_check(baked, "ic-baked", dict(ENGINE_ENV), empty, logs)
         result["baked"] = baked_run
         checks["baked_model_found_without_the_volume"] = bool(baked_run["prompt_text"])
+        checks["baked_restored_from_the_image"] = baked_run["restored_from"] == "image"
+        checks["baked_verdict_warm"] = baked_run["verdict"] == "warm"
+        checks["baked_same_completion"] = baked_run["prompt_text"] == cold["prompt_text"]
+        cold_compile, baked_compile = cold["compile_s"], baked_run["compile_s"]
+        result["baked_compile_share_of_cold"] = (
+            round(baked_compile / cold_compile, 3) if cold_compile and baked_compile is not None else None
+        )
+        checks["baked_compile_at_most_30pct_of_cold"] = (
+            result["baked_compile_share_of_cold"] is not None and result["baked_compile_share_of_cold"] <= 0.30
+        )
+
+        # The same image under other flags: another key, which the image lacks: it boots (cold, or seeded from the
+        # image's key by the sibling rules), on another empty volume.
+        other_volume = work / "other-flags-volume"
+        other_volume.mkdir()
+        log("the baked image under other flags (MAX_MODEL_LEN=256) on an empty volume")
+        other = serve_and_check(baked, "ic-other", {**ENGINE_ENV, "MAX_MODEL_LEN": "256"}, other_volume, logs)
+        result["baked_other_flags"] = other
+        booted = bool(other["prompt_text"]) and other["verdict"] in ("cold", "partial")
+        checks["other_flags_boot_without_error"] = booted
+        checks["other_flags_another_key"] = other["key"] not in (None, cold["key"]) and other["restored_from"] is None
 
         # Errors a user meets: one clear line and a non-zero exit, never a hang.
         offline = {"HF_ENDPOINT": "http://127.0.0.1:9", **ENGINE_ENV}
@@ -347,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         detail = getattr(exc, "stderr", None) or str(exc)
         result["error"] = f"{type(exc).__name__}: {detail[-3000:]}"
     finally:
+        (REPO / CACHES_TAR).unlink(missing_ok=True)
         if not args.keep:
             for image in ("localhost/warmstart:image-check", "localhost/warmstart-baked:image-check"):
                 buildah("rmi", "-f", image, check=False)

@@ -62,7 +62,7 @@ class BootObservation:
 def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> str | None:
     """hit if the caches should hold this key's artifacts: an earlier boot completed (direct)
     or a generation was restored (staged)."""
-    if plan.tiers:
+    if plan.restore_order:
         return "hit" if restored is not None and restored.restored else "miss"
     return history.expected if history else None
 
@@ -92,17 +92,19 @@ def staged_summary(
     plan: BootPlan, restored: TierRestore | None, published: TierPublish | None
 ) -> dict[str, Any] | None:
     """The report's `staged` block: where generations came from and went to."""
-    if not plan.tiers:
+    if not plan.restore_order:
         return None
     r = restored.result if restored else None
-    summary = {
-        "store": plan.tiers[0].location,
+    summary: dict[str, Any] = {
+        "store": plan.tiers[0].location if plan.tiers else None,  # the nearest published to
         "local": str(plan.cache_dirs.base),
         "generation_restored": r.generation if r else None,
         "restored_from": r.source if r is not None and r.restored else None,
         "restore_problems": list(restored.problems if restored else ()),
         "publish": publish_summary(published.first if published else None),
     }
+    if plan.image is not None:  # read-only: restored from, never published to
+        summary["image"] = {"store": plan.image.location}
     if plan.s3 is not None:
         summary["s3"] = {
             "store": plan.s3.location,

@@ -29,7 +29,7 @@ from .. import log
 from ..settings import step_hooks
 from .bundle import BundleRef, Generation, StoreError, gen_name
 
-Tier = Literal["volume", "s3"]  # a staged store's kind: where a restore came from, in logs and reports
+Tier = Literal["image", "volume", "s3"]  # a staged store's kind: where a restore came from, in logs and reports
 Compression = Literal["zstd", "none"]  # how a store's new bundles are written (`store.zst`)
 
 GENERATIONS = "generations"

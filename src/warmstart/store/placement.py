@@ -101,10 +101,12 @@ def place_caches(
     key: CacheKey | str,
     *,
     has_generations: Callable[[Path], bool] = lambda root: (root / "generations").is_dir(),
+    image: bool = False,
 ) -> Placement:
     """Direct mode: the caches are the key's directories under the layout. Staged mode: they are on
     local disk, restored from and published to the volume's store (and the S3 store); a read-only
-    volume's store is only read, and only if `has_generations` (a boot of it there published some)."""
+    volume's store is only read, and only if `has_generations` (a boot of it there published some).
+    `image`: the image holds a generation of the key (store/image.py), a tier that needs no volume."""
     layout = volume.layout
     dirs = layout.cache_dirs(key)
     staged_root = None
@@ -124,7 +126,7 @@ def place_caches(
         if settings.s3_url:
             open_s3 = True
             dirs = local_dirs
-        elif not layout.on_volume and volume.read_only is None:
+        elif not layout.on_volume and volume.read_only is None and not image:
             warnings.append(
                 StageWarning(
                     "cache", "WARMSTART_CACHE_MODE=staged needs a volume or WARMSTART_S3_URL: caches stay local"

@@ -26,6 +26,7 @@ from .. import log
 from ..tree import scan_tree
 from .backend import BundleStore
 from .bundle import Generation, StoreError, layer_of
+from .image import KEYS_DIR, STAGED_DIR, ImageStore
 from .restore import RestoreResult
 from .siblings import SeedPlan, SeedSource, sibling_store
 from .tiers import restore_within
@@ -93,10 +94,15 @@ def atimes_updated(directory: Path) -> bool:
         probe.unlink(missing_ok=True)
 
 
-def sibling_opener(staged_root: Path | None, s3: BundleStore | None) -> Callable[[SeedSource], BundleStore]:
-    """How to open a source's store: beside this key's on the volume, or under the same S3 URL."""
+def sibling_opener(
+    staged_root: Path | None, s3: BundleStore | None, image_caches: Path | None = None
+) -> Callable[[SeedSource], BundleStore]:
+    """How to open a source's store: in the image (read-only), beside this key's on the volume, or
+    under the same S3 URL."""
 
     def open_store(source: SeedSource) -> BundleStore:
+        if source.tier == "image" and image_caches is not None:
+            return ImageStore(image_caches / KEYS_DIR / source.key / STAGED_DIR)
         if source.tier == "volume" and staged_root is not None:
             return StagedStore(staged_root.parent.parent / source.key / staged_root.name)
         if source.tier == "s3" and s3 is not None:

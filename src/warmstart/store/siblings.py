@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ ENGINE_FACTORS = ("dist", "vllm", "torch", "triton", "python", "flashinfer", "de
 HARDWARE_FACTORS = ("kind", "name", "capability", "features")  # not the GPU count: kernels are per device
 KEY_FILE = "key.json"  # in an S3 store (no manifest there): the key's factors, for siblings elsewhere
 NEAREST = 3
+TIER_ORDER = {"image": 0, "volume": 1, "s3": 2}  # nearest first, as the restore reads them
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Sibling:
 
     key: str
     factors: Mapping[str, Any]
-    tier: Tier
+    tier: Tier  # "image", "volume" or "s3"
     generations: int
     last_used: str = ""
     cold_compile_s: float | None = None  # its newest cold boot's compile phase
@@ -161,8 +162,8 @@ def choose_seeds(
     own_key: str, factors: Mapping[str, Any], siblings: Iterable[Sibling], limit: int = NEAREST
 ) -> SeedPlan:
     """The nearest siblings with a generation and nothing that must be equal differing. Ties: a key
-    on the volume before one in the S3 store (the same key in both counts once, as the volume's),
-    then the most recently used."""
+    in the image before one on the volume before one in the S3 store, the nearest tier first (the
+    same key in several counts once, as the nearest's), then the most recently used."""
     usable: dict[str, tuple[tuple[int, int, int], Sibling]] = {}
     refused: list[tuple[str, str]] = []
     for sib in siblings:
@@ -172,7 +173,7 @@ def choose_seeds(
         if why is not None:
             refused.append((sib.key, why))
             continue
-        rank = (*nearness(factors, sib.factors), 0 if sib.tier == "volume" else 1)
+        rank = (*nearness(factors, sib.factors), TIER_ORDER.get(sib.tier, len(TIER_ORDER)))
         held = usable.get(sib.key)
         if held is None or rank < held[0]:
             usable[sib.key] = (rank, sib)
@@ -288,17 +289,25 @@ def plan_seed(
     same: str,
     *,
     deadline_s: float | None = None,
+    image_keys: Path | None = None,
+    own_in_image: bool = False,
 ) -> SeedPlan:
     """Where this key would be seeded from, decided before vLLM starts (the plan's `seed`).
     `staged_root`: the key's store on the volume (its parent's parent holds every key); `s3`: the
     key's S3 store or None; `same`: a part of the key's name every sibling's name shares. A key with
     generations of its own on the volume is never seeded; one with them only in the S3 store
     restores those first (the seed is used only when nothing restored). An S3 store that cannot
-    be listed (within `deadline_s`, WARMSTART_RESTORE_DEADLINE_S) leaves the volume's siblings."""
+    be listed (within `deadline_s`, WARMSTART_RESTORE_DEADLINE_S) leaves the volume's siblings.
+    `image_keys`: the image's caches (store/image.py), whose keys are siblings too; `own_in_image`:
+    the image holds this key's own generation, which is restored first."""
     keys_dir = staged_root.parent.parent if staged_root is not None else None
+    if own_in_image:
+        return SeedPlan(note="the image holds a generation of the key")
     if staged_root is not None and generation_count(staged_root) > 0:
         return SeedPlan(note="the key has generations of its own")
     siblings = volume_siblings(keys_dir, own_key) if keys_dir is not None else []
+    if image_keys is not None:
+        siblings += [replace(s, tier="image") for s in volume_siblings(image_keys / "keys", own_key)]
     warning = ""
     if s3 is not None:
         deadline = Deadline(deadline_s, "WARMSTART_RESTORE_DEADLINE_S") if deadline_s else None

@@ -1,7 +1,8 @@
 """The staged tiers of one boot: restore from the nearest that has a generation, publish to each.
 
-A boot has up to two tiers, nearest first: the key's store on the volume (the next worker in this
-datacenter reads it) and the S3 store (shared by every datacenter). Restore walks them in order and
+A boot restores from up to three tiers, nearest first: the key's generation baked into the image
+(read-only, `store.image`), the key's store on the volume (the next worker in this datacenter reads
+it) and the S3 store (shared by every datacenter); it publishes to the last two. Restore walks them in order and
 stops at the first intact generation; every tier's problems are kept, and the bundles a tier served
 broken are never referenced by this boot's publish to that tier. Publish writes to each tier what
 its generation lacks. Both log one line per tier and return frozen results.
@@ -17,6 +18,7 @@ from pathlib import Path
 from .. import log
 from .backend import READERS, BundleStore, Lease, Tier
 from .deadline import Deadline, bounded, within
+from .image import ImageStore
 from .publish import PublishResult, publish
 from .restore import RestoreResult, restore
 from .volume import StagedStore
@@ -182,6 +184,10 @@ def publish_tier(
     blocked: str | None = None,
     deadline_s: float | None = None,
 ) -> PublishResult:
+    if isinstance(tier, ImageStore):  # read-only: a boot never aims a publish at it
+        result = PublishResult("skipped", detail="the image tier is read-only: nothing published")
+        log.info("publish", "%s skipped: %s", tier.kind, result.detail)
+        return result
     if isinstance(tier, StagedStore):
         if blocked is not None:
             result = PublishResult("skipped", detail=f"{blocked}: nothing published")

@@ -85,9 +85,9 @@ def while_serving(front: Front, stop: threading.Event) -> None:
         name = signal.Signals(signum).name
         front.stop()
         if stop.is_set():
-            _say(f"warmstart | signal   | {name} again: still stopping\n")
+            _say(log.line("signal", f"{name} again: still stopping") + "\n")
             return
-        _say(f"warmstart | signal   | {name}: /ping 503, no new requests; stopping\n")
+        _say(log.line("signal", f"{name}: /ping 503, no new requests; stopping") + "\n")
         stop.set()
 
     for sig in SIGNALS:
