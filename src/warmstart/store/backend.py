@@ -271,7 +271,10 @@ class BundleStore(ABC):
             raise
         except (OSError, ValueError) as exc:
             raise StoreError(f"{name}: unreadable ({exc})") from exc
-        return Generation.from_json(data)
+        try:
+            return Generation.from_json(data)
+        except StoreError as exc:  # which generation is skipped, and why
+            raise StoreError(f"{name}: {exc}") from exc
 
     def latest(self) -> tuple[Generation | None, list[str]]:
         """The newest generation whose index reads, and warnings about newer ones that did not."""
