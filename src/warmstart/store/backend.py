@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .bundle import BundleRef, Generation, StoreError, gen_name
+from .bundle import BundleRef, Generation, StoreError, StoreUnavailable, gen_name
 
 GENERATIONS = "generations"
 BUNDLES = "bundles"
@@ -269,7 +269,9 @@ class BundleStore(ABC):
             data = json.loads(self.read(f"{GENERATIONS}/{name}"))
         except FileNotFoundError:
             raise
-        except (OSError, ValueError) as exc:
+        except OSError as exc:  # EIO, EACCES: nothing is known about it, it may be the newest
+            raise StoreUnavailable(f"{name}: could not be read ({exc.strerror or exc})") from exc
+        except ValueError as exc:
             raise StoreError(f"{name}: unreadable ({exc})") from exc
         try:
             return Generation.from_json(data)
@@ -277,13 +279,17 @@ class BundleStore(ABC):
             raise StoreError(f"{name}: {exc}") from exc
 
     def latest(self) -> tuple[Generation | None, list[str]]:
-        """The newest generation whose index reads, and warnings about newer ones that did not."""
+        """The newest generation whose index reads, and warnings about newer ones that did not (malformed:
+        skipped for good). One that could not be read now (EIO, the store unreachable) raises
+        StoreUnavailable: what it holds is unknown."""
         warnings = []
         for number in reversed(self.generation_numbers()):
             try:
                 return self.load(number), warnings
             except FileNotFoundError:
                 continue
+            except StoreUnavailable:
+                raise  # a newer generation may hold more: building on an older one would drop its files
             except StoreError as exc:
                 warnings.append(str(exc))
         return None, warnings
