@@ -40,7 +40,15 @@ from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases
 from .tree import TreeScan, scan_tree
 from .vllm import evidence
 from .vllm.concurrency import fit_concurrency, fit_words
-from .vllm.engine import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
+from .vllm.engine import (
+    EngineFailed,
+    EngineProcess,
+    LogLine,
+    engine_command,
+    engine_environment,
+    free_port,
+    withheld_names,
+)
 from .vllm.logformats import markers_for
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
 
@@ -254,6 +262,8 @@ class Boot:
         port = plan.settings.vllm_port or free_port()
         argv = engine_command(plan.engine, plan.settings, self.model_arg, port)
         env = engine_environment(os.environ, plan.engine_env)
+        if withheld := withheld_names(os.environ):
+            stage("engine", "not passed to vLLM: %s (WARMSTART_VLLM_ENV adds a name)", ", ".join(withheld))
         if self.weights_plan is None:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
