@@ -352,8 +352,9 @@ def _write_bundle(
 
 
 def _fetch_carry(store: BundleStore, plan: PublishPlan, carry: Mapping[str, FileEntry], into: Path) -> dict[str, Path]:
-    """Extract the base's files `carry` names into `into` (for a compaction's union); a bundle
-    that no longer restores loses its files, with a warning (its generation is as broken)."""
+    """Extract the base's files `carry` names into `into` (for a compaction's union). A bundle that
+    cannot be read fails the publish (the previous generation stays): dropping its files would make
+    the union forget them; a bundle a restore found corrupt is distrusted and never carried."""
     assert plan.base is not None
     out: dict[str, Path] = {}
     for ref in plan.base.bundles:
@@ -365,8 +366,9 @@ def _fetch_carry(store: BundleStore, plan: PublishPlan, carry: Mapping[str, File
         except StoreUnavailable:
             raise
         except StoreError as exc:
-            log.warning("warmstart | publish  | compaction leaves out %d files: %s", len(wanted), exc)
-            continue
+            # Not a bundle a restore found corrupt (those are distrusted, never carried): a read that
+            # failed now (a cut body, a short range) must not drop its files from the union for good.
+            raise StoreError(f"compaction could not read {len(wanted)} files to carry: {exc}") from exc
         out.update(dict.fromkeys(wanted, into))
     return out
 
