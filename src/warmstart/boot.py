@@ -26,7 +26,15 @@ from warmstart.vllm.phases import LogEvidence
 
 from . import log
 from .engine.concurrency import fit_words
-from .engine.process import EngineFailed, EngineProcess, LogLine, engine_command, engine_environment, free_port
+from .engine.process import (
+    EngineFailed,
+    EngineProcess,
+    LogLine,
+    engine_command,
+    engine_environment,
+    free_port,
+    withheld_names,
+)
 from .hardware import engine_world_size
 from .log import StageWarning
 from .model import link_model
@@ -256,6 +264,8 @@ class Boot:
         port = plan.settings.vllm_port or free_port()
         argv = engine_command(plan.engine, plan.settings, self.model_arg, port, plan.fit)
         env = engine_environment(plan.settings.environ, plan.engine_env, plan.settings.vllm_env_pass)
+        if withheld := withheld_names(plan.settings.environ):
+            log.info("engine", "not passed to vLLM: %s (WARMSTART_VLLM_ENV adds a name)", ", ".join(withheld))
         if self.weights_plan is None:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)

@@ -2,16 +2,32 @@
 
 Two layers: values of secret-named variables and flags are masked where they are
 known to be secrets (argv, env dumps), and any known secret value that still appears
-in free text (a vLLM log line, an exception message) is replaced before it is written.
-Which names and flags are secret, and how vLLM reads them, is secrets.py's to say.
+in free text (a vLLM log line, an exception message) is replaced before it is written,
+in every spelling it is printed in: as is, percent-encoded (a URL's userinfo), JSON-escaped,
+base64 (alone, or inside a Basic auth header's `user:secret`). A URL's password is masked
+whether or not its value is known. A short value (an API key of a few characters) is masked
+where it stands as a word of its own. Which names and flags are secret, how vLLM reads them and
+how a secret is spelt is secrets.py's to say.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 
-from .secrets import MASK, SECRET_JSON_FIELDS, looks_secret, secret_env_values, secret_values_in
+from .secrets import (
+    BASE64_RUN,
+    MASK,
+    MIN_MASKED_ANYWHERE,
+    SECRET_JSON_FIELDS,
+    URL_PASSWORD,
+    decodes_to_secret,
+    encoded_forms,
+    looks_secret,
+    secret_env_values,
+    secret_values_in,
+)
 from .secrets import without_secret_fields as _without_secret_fields
 from .vllm.argv import parse_argv
 
@@ -26,8 +42,16 @@ class Redactor:
     """Replace known secret values in text; mask secret-named entries in argv and env."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        # Short strings would mask ordinary words; real tokens are long.
-        self.secrets = tuple(sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True))
+        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        long = [s for s in self.secrets if len(s) >= MIN_MASKED_ANYWHERE]
+        self._long = tuple(long)
+        # Every spelling of a long secret, longest first (a form may contain a shorter one).
+        self._anywhere = tuple(sorted({f for s in long for f in encoded_forms(s)}, key=len, reverse=True))
+        # A short one only as a word of its own: inside a word or a number it would mask half the log.
+        short = sorted({f for s in self.secrets if len(s) < MIN_MASKED_ANYWHERE for f in encoded_forms(s)}, key=len)
+        self._words = (
+            re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, reversed(short))) + r")(?![\w-])") if short else None
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Redactor:
@@ -42,9 +66,14 @@ class Redactor:
         return cls([*values, *secret_flag_values(extra)])
 
     def text(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
+        text = URL_PASSWORD.sub(lambda m: m.group(1) + MASK + "@", text)
+        if self._long:  # first: a run that holds `user:secret` goes whole, not only its aligned tail
+            text = BASE64_RUN.sub(lambda m: MASK if decodes_to_secret(m.group(), self._long) else m.group(), text)
+        for form in self._anywhere:
+            if form in text:
+                text = text.replace(form, MASK)
+        if self._words is not None:
+            text = self._words.sub(MASK, text)
         return text
 
     def argv(self, args: Iterable[str]) -> list[str]:

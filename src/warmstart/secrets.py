@@ -91,3 +91,52 @@ def secret_values_in(occurrences: Iterable[tuple[str | None, tuple[str, ...]]]) 
             out += list(values)
         out += [s for v in values for s in secret_json_values(flag, v)]
     return out
+
+
+# --------------------------------------------------------------------------- secrets in other spellings
+
+# Below this length a value is masked only where it stands alone (a word of its own): a key of
+# 4 characters inside an ordinary word or number would otherwise mask half the log.
+MIN_MASKED_ANYWHERE = 6
+
+# `scheme://user:password@host`: a password in a URL is a secret whatever variable it came from
+# (a mirror's HF_ENDPOINT, a proxy), and is masked even where its value is not known.
+URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#@]+@")
+
+# A run of base64 characters long enough to hold an encoded secret (Basic auth: user:secret).
+BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
+
+
+def encoded_forms(secret: str) -> set[str]:
+    """The spellings a secret takes in text it is printed into: as is, percent-encoded (a URL's
+    userinfo or query, either case of hex), JSON-escaped (`\\/` too, as some encoders write it),
+    and base64 of the value alone (standard and URL-safe, with or without padding). Base64 of a
+    value inside a longer string (`user:secret`) is found by decoding (`decodes_to_secret`)."""
+    from base64 import b64encode, urlsafe_b64encode
+    from urllib.parse import quote, quote_plus
+
+    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    forms |= {re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), f) for f in list(forms)}
+    escaped = json.dumps(secret)[1:-1]
+    forms |= {escaped, escaped.replace("/", "\\/"), json.dumps(secret, ensure_ascii=False)[1:-1]}
+    raw = secret.encode()
+    for encoded in (b64encode(raw).decode(), urlsafe_b64encode(raw).decode()):
+        forms |= {encoded, encoded.rstrip("=")}
+    return {f for f in forms if f}
+
+
+def decodes_to_secret(token: str, secrets: Iterable[str]) -> bool:
+    """Does a base64 run decode to bytes that hold one of the secrets (`Basic dXNlcjpzZWNyZXQ=`)?"""
+    from base64 import b64decode, urlsafe_b64decode
+    from binascii import Error
+
+    body = token.rstrip("=")
+    padded = body + "=" * (-len(body) % 4)
+    for decode in (b64decode, urlsafe_b64decode):
+        try:
+            data = decode(padded)
+        except (Error, ValueError):
+            continue
+        if any(s.encode() in data for s in secrets):
+            return True
+    return False

@@ -18,6 +18,8 @@ A non-streaming answer echoes the request's body, route and headers.
 
 It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
 FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
+FAKE_VLLM_ENVFILE: it writes the environment it was started with there (JSON), for the tests of
+what reaches vLLM's environment.
 Never used as proof that warmstart works: only real vLLM is.
 """
 
@@ -122,6 +124,9 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
+    if envfile := os.environ.get("FAKE_VLLM_ENVFILE"):
+        with open(envfile, "w") as handle:
+            json.dump(dict(os.environ), handle)
     if pidfile := os.environ.get("FAKE_VLLM_PIDFILE"):
         with open(pidfile, "w") as handle:
             handle.write(f"{os.getpid()} {child.pid}\n")

@@ -29,7 +29,7 @@ from warmstart.store.extract import Ahead, extract_bundle
 from warmstart.store.pack import pack_bundle
 from warmstart.store.publish import execute_publish, plan_publish
 from warmstart.store.restore import restore
-from warmstart.store.swap import clear_leftovers
+from warmstart.store.swap import clear_leftovers, staging_dir
 from warmstart.store.volume import StagedStore
 from warmstart.store.zst import FRAME_RAW, NOTE_FRAME, is_zstd
 
@@ -223,18 +223,18 @@ def test_ahead_hands_over_items_and_errors_in_order_and_stops_when_closed():
     assert closed.wait(5), "a closed stage stops its thread and closes its source"
 
 
-def test_leftovers_of_dead_restores_go_and_a_live_ones_stay(tmp_path):
+def test_leftovers_of_other_restores_go_and_this_processs_own_stay(tmp_path):
+    """Run under the cache's exclusive lock (store/cachelock.py): every other restore's directory is a
+    dead one's, whatever its pid says (pids repeat across pid namespaces: both containers are pid 1)."""
     dest = tmp_path / "cache"
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    dead_ones = (f"cache.restoring-{dead.pid}", f"cache.restoring-{dead.pid}-s3", f"cache.replaced-{dead.pid}")
-    # A live process's, this one's included: a tier's restore its deadline left behind may still write.
-    live_ones = (f"cache.restoring-{os.getppid()}-volume", f"cache.restoring-{os.getpid()}-s3")
-    for name in (*dead_ones, *live_ones):
+    others = ("cache.restoring-1-s3", "cache.restoring-1_0a1b2c3d-volume", "cache.replaced-1_0a1b2c3d")
+    # This process's: a tier's restore its deadline left behind may still write.
+    own = (staging_dir(dest, "volume").name, staging_dir(dest, "s3").name)
+    for name in (*others, *own):
         write(tmp_path / name, "f", b"x")
-    write(tmp_path / "cache.restoring-x", "f", b"not ours")
+    write(tmp_path / "cache.notes-x", "f", b"not a restore's")
     clear_leftovers(dest)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*live_ones, "cache.restoring-x"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*own, "cache.notes-x"])
 
 
 RESTORER = """
@@ -276,7 +276,7 @@ def test_a_restore_killed_mid_file_leaves_the_cache_as_it_was(tmp_path, fmt):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    staging = dest.with_name(f"cache.restoring-{proc.pid}-{store.kind}")  # per store: tiers.py deadlines
+    (staging,) = dest.parent.glob(f"cache.restoring-{proc.pid}_*-{store.kind}")  # per process and store
     entries = store.load(2).files
     cut = [rel for rel, blob in tree(staging).items() if len(blob) < entries[rel].size]
     assert len(cut) == 1, "the kill landed inside a file"
@@ -286,7 +286,9 @@ def test_a_restore_killed_mid_file_leaves_the_cache_as_it_was(tmp_path, fmt):
     result = restore(store, dest, reader="after")
     assert result.generation == 2 and result.problems == ()
     assert tree(dest) == tree(first) | tree(second)
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["cache"], "the dead restore's staging is gone"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["cache", "cache.lock"], (
+        "the dead restore's staging is gone"
+    )
 
 
 @pytest.mark.parametrize(("setting", "suffix"), [(None, ".tar.zst"), ("zstd", ".tar.zst"), ("none", ".tar")])

@@ -8,7 +8,8 @@ it as they would share a network link). The kernel caches no pages (`direct_io`:
 worker's page cache is cold) and keeps names and attributes for one second, as an NFS
 client's attribute cache does. `quota_bytes` makes writes fail with ENOSPC once that
 many bytes are written through the mount (removing a file's last link gives its bytes
-back), for fault tests.
+back), for fault tests; `faults_file` adds the fault layer (`faultfs`: EIO, ENOSPC and the
+like on chosen operations, at a rate, switched while mounted).
 
 The NFS-like mode (`page_cache=True`, `stream_mbps`) models a network volume's client for
 weight reads: the kernel page cache is on (`kernel_cache`: pages read once stay cached
@@ -74,7 +75,12 @@ class Bandwidth:
 
 
 def make_operations(
-    root: str, latency_s: float, link: Bandwidth, quota_bytes: int | None, stream_bytes_per_s: float = 0.0
+    root: str,
+    latency_s: float,
+    link: Bandwidth,
+    quota_bytes: int | None,
+    stream_bytes_per_s: float = 0.0,
+    faults: Any = None,
 ) -> Any:
     import mfusepy as fuse
 
@@ -241,6 +247,10 @@ def make_operations(
             os.close(fh)
             return 0
 
+    if faults is not None:
+        from .faultfs import with_faults
+
+        return with_faults(SlowPassthrough(), faults)
     return SlowPassthrough()
 
 
@@ -254,11 +264,19 @@ def serve(
     *,
     stream_mbps: float = 0.0,
     page_cache: bool = False,
+    faults_file: str = "",
+    fault_stats: str = "",
+    fault_seed: int = 0,
 ) -> None:
     import mfusepy as fuse
 
+    switch = None
+    if faults_file:
+        from .faultfs import FaultSwitch
+
+        switch = FaultSwitch(faults_file, fault_stats, fault_seed)
     ops = make_operations(
-        str(source), latency_ms / 1000.0, Bandwidth(bandwidth_mbps * 1e6), quota_bytes, stream_mbps * 1e6
+        str(source), latency_ms / 1000.0, Bandwidth(bandwidth_mbps * 1e6), quota_bytes, stream_mbps * 1e6, switch
     )
     # page_cache: kernel_cache keeps a file's pages across opens (FUSE drops them on each open otherwise).
     cache_opts: dict[str, bool] = {"kernel_cache": True} if page_cache else {"direct_io": True}
@@ -320,6 +338,9 @@ def mounted(
     timeout_s: float = 20.0,
     stream_mbps: float = 0.0,
     page_cache: bool = False,
+    faults_file: Path | None = None,
+    fault_stats: Path | None = None,
+    fault_seed: int = 0,
 ) -> Iterator[Path]:
     """Mount the slow filesystem in a child process for the duration of the block."""
     source.mkdir(parents=True, exist_ok=True)
@@ -342,6 +363,9 @@ def mounted(
         cmd += ["--stream-mbps", str(stream_mbps)]
     if page_cache:
         cmd.append("--page-cache")
+    if faults_file is not None:
+        cmd += ["--faults-file", str(faults_file), "--fault-seed", str(fault_seed)]
+        cmd += ["--fault-stats", str(fault_stats)] if fault_stats is not None else []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + timeout_s
@@ -372,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-timeout-s", type=float, default=DEFAULT_CACHE_TIMEOUT_S)
     parser.add_argument("--stream-mbps", type=float, default=0.0, help="per open file (stream) cap; 0: none")
     parser.add_argument("--page-cache", action="store_true", help="keep the kernel page cache on (NFS-like)")
+    parser.add_argument("--faults-file", default="", help="fault rules (JSON, re-read when changed): faultfs")
+    parser.add_argument("--fault-stats", default="", help="keep the counts of injected faults in this JSON file")
+    parser.add_argument("--fault-seed", type=int, default=0)
     args = parser.parse_args(argv)
     serve(
         Path(args.source),
@@ -382,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         args.cache_timeout_s,
         stream_mbps=args.stream_mbps,
         page_cache=args.page_cache,
+        faults_file=args.faults_file,
+        fault_stats=args.fault_stats,
+        fault_seed=args.fault_seed,
     )
     return 0
 

@@ -19,6 +19,9 @@ client stream knows which requests fail) or on a random share `rate` of them (`s
   (a body cut mid-read; responses shorter than that pass whole);
 - `stall`: forward, then hold the response back for ever (past any read timeout);
 - `refuse`: close the connection as soon as it is accepted (a connection reset);
+- `notoken`: answer a ListObjectsV2 (`GET ...?list-type=2`) with an empty page that says
+  `IsTruncated` but carries no `NextContinuationToken`, as a broken S3-compatible store does
+  (drawn for listings only; other requests pass);
 - `nouploads`: answer `501 NotImplemented` to every ListMultipartUploads (`GET ...?uploads`), as
   S3-compatible stores without that call do (on every such request, whatever `every` or `rate`).
 `--fault` takes a comma-separated list: each faulted request draws one of them.
@@ -39,10 +42,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 READ = 256 * 1024
-FAULTS = ("slowdown", "cut", "stall", "refuse", "nouploads")
+FAULTS = ("slowdown", "cut", "stall", "refuse", "nouploads", "notoken")
 NOT_IMPLEMENTED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NotImplemented</Code>'
     b"<Message>ListMultipartUploads is not implemented.</Message></Error>"
+)
+TRUNCATED_WITHOUT_TOKEN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+    b"<Name>bucket</Name><Prefix></Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys>"
+    b"<IsTruncated>true</IsTruncated></ListBucketResult>"
 )
 SLOWDOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -66,9 +74,12 @@ class Faults:
     def __post_init__(self) -> None:
         self.random = random.Random(self.seed)
 
-    def draw(self, connect: bool = False) -> str | None:
-        """The fault for the next connection (`refuse` only) or request (the others), or None."""
-        kinds = [k for k in self.kinds if (k == "refuse") == connect and k != "nouploads"]
+    def draw(self, connect: bool = False, listing: bool = False) -> str | None:
+        """The fault for the next connection (`refuse` only) or request (the others), or None.
+        `notoken` is drawn for an object listing only."""
+        kinds = [
+            k for k in self.kinds if (k == "refuse") == connect and k != "nouploads" and (k != "notoken" or listing)
+        ]
         if not kinds:
             return None
         self.requests += 1
@@ -110,10 +121,13 @@ class Link:
             while data := await reader.read(READ):
                 if from_client and self.server_spoke:
                     self.server_spoke = False
-                    self.fault = self.faults.draw()
+                    self.fault = self.faults.draw(listing=_lists_objects(data))
                     self.response_bytes = 0
                     if "nouploads" in self.faults.kinds and _lists_uploads(data):
                         await self.answer(reader, data, 501, "Not Implemented", NOT_IMPLEMENTED)
+                        return
+                    if self.fault == "notoken":
+                        await self.answer(reader, data, 200, "OK", TRUNCATED_WITHOUT_TOKEN)
                         return
                     if self.fault == "slowdown":
                         await self.answer(reader, data, 503, "Slow Down", SLOWDOWN)
@@ -165,6 +179,11 @@ class Link:
             + xml
         )
         await self.client.drain()  # the upstream never saw the request
+
+
+def _lists_objects(head: bytes) -> bool:
+    line = head.split(b"\r\n", 1)[0]
+    return line.startswith(b"GET ") and b"list-type=2" in line.split(b" ")[1]
 
 
 def _lists_uploads(head: bytes) -> bool:

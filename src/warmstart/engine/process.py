@@ -100,6 +100,25 @@ ENGINE_ENV_NAMES = frozenset(
         "SAFETENSORS_FAST_GPU",
         "OPENBLAS_NUM_THREADS",
         "NUMEXPR_MAX_THREADS",
+        # The HTTP stack vLLM fetches with (multimodal URLs, the Hub: requests, aiohttp, httpx, urllib
+        # read both cases): a proxy and a private CA.
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        # The JIT compilers' include and library paths (Triton, torch cpp_extension, FlashInfer).
+        "CPATH",
+        "LIBRARY_PATH",
+        "C_INCLUDE_PATH",
+        "CPLUS_INCLUDE_PATH",
     }
 )
 # Families read by name prefix: vLLM (vllm/envs.py), the Hub and transformers (HF_*: HF_HOME,
@@ -137,6 +156,9 @@ ENGINE_ENV_PREFIXES = (
     "XDG_",
     "ROCM_",
     "HIP_",
+    "OTEL_",  # OpenTelemetry: vLLM's --otlp-traces-endpoint tracing reads the SDK's variables
+    "TIKTOKEN_",  # tiktoken's encodings offline (gpt-oss): TIKTOKEN_RS_CACHE_DIR, TIKTOKEN_ENCODINGS_BASE
+    "NVCC_",  # nvcc's NVCC_APPEND_FLAGS / NVCC_PREPEND_FLAGS, read by every JIT build
 )
 
 
@@ -166,6 +188,17 @@ def reaches_vllm(name: str, passed: str | None = None) -> bool:
 
 
 SECRETS_VLLM_READS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"})
+
+
+def withheld_names(inherited: Mapping[str, str]) -> list[str]:
+    """The inherited variables that do not reach vLLM, for the one line that names them: neither the
+    secrets (their names are no one's business in a log) nor warmstart's own settings (vLLM never
+    reads those). A variable a library of the user's reads is added with WARMSTART_VLLM_ENV."""
+    return sorted(
+        name
+        for name in inherited
+        if not reaches_vllm(name, inherited) and not looks_secret(name) and name not in WITHHELD_FROM_VLLM
+    )
 
 
 def engine_environment(

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Literal
 
 from .. import log
 from ..settings import step_hooks
-from .bundle import BundleRef, Generation, StoreError, gen_name
+from .bundle import BundleRef, Generation, StoreError, StoreUnavailable, gen_name
 
 Tier = Literal["image", "volume", "s3"]  # a staged store's kind: where a restore came from, in logs and reports
 Compression = Literal["zstd", "none"]  # how a store's new bundles are written (`store.zst`)
@@ -275,18 +275,27 @@ class BundleStore(ABC):
             data = json.loads(self.read(f"{GENERATIONS}/{name}"))
         except FileNotFoundError:
             raise
-        except (OSError, ValueError) as exc:
+        except OSError as exc:  # EIO, EACCES: nothing is known about it, it may be the newest
+            raise StoreUnavailable(f"{name}: could not be read ({exc.strerror or exc})") from exc
+        except ValueError as exc:
             raise StoreError(f"{name}: unreadable ({exc})") from exc
-        return Generation.from_json(data)
+        try:
+            return Generation.from_json(data)
+        except StoreError as exc:  # which generation is skipped, and why
+            raise StoreError(f"{name}: {exc}") from exc
 
     def latest(self) -> tuple[Generation | None, list[str]]:
-        """The newest generation whose index reads, and warnings about newer ones that did not."""
+        """The newest generation whose index reads, and warnings about newer ones that did not (malformed:
+        skipped for good). One that could not be read now (EIO, the store unreachable) raises
+        StoreUnavailable: what it holds is unknown."""
         warnings = []
         for number in reversed(self.generation_numbers()):
             try:
                 return self.load(number), warnings
             except FileNotFoundError:
                 continue
+            except StoreUnavailable:
+                raise  # a newer generation may hold more: building on an older one would drop its files
             except StoreError as exc:
                 warnings.append(str(exc))
         return None, warnings

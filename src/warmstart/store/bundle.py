@@ -79,21 +79,44 @@ class Generation:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Generation:
+    def from_json(cls, data: Any) -> Generation:
+        """A generation from its index, every field checked for its type: an index of another shape
+        (another tool's object under a shared prefix, a future format, a hand edit) is a StoreError,
+        a generation to skip with its reason, never an AttributeError that ends the boot."""
         try:
-            bundles = tuple(BundleRef(**b) for b in data["bundles"])
-            files = {
-                p: FileEntry(int(v[0]), int(v[1]), str(v[2]), str(v[3]) if len(v) > 3 else "")
-                for p, v in data["files"].items()
-            }
+            if not isinstance(data, Mapping):
+                raise StoreError(f"malformed generation index: a JSON {type(data).__name__}, not an object")
+            raw_bundles, raw_files = data.get("bundles"), data.get("files")
+            if not isinstance(raw_bundles, list) or not all(isinstance(b, Mapping) for b in raw_bundles):
+                raise StoreError('malformed generation index: "bundles" is not a list of objects')
+            if not isinstance(raw_files, Mapping):
+                raise StoreError(
+                    f'malformed generation index: "files" is a JSON {type(raw_files).__name__}, not an object'
+                )
+            bundles = tuple(_bundle_ref(b) for b in raw_bundles)
+            files = {str(p): _file_entry(v) for p, v in raw_files.items()}
             if not all(safe_relpath(p) for p in files):
                 raise StoreError("a file path in the index leaves the cache directory or is no file name")
             names = {b.name for b in bundles}
             if any(f.bundle not in names for f in files.values()):
                 raise StoreError("a file names a bundle the generation does not list")
             return cls(int(data["generation"]), bundles, files, float(data["created"]), str(data["publisher"]))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise StoreError(f"malformed generation index: {exc}") from exc
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise StoreError(f"malformed generation index: {type(exc).__name__}: {exc}") from exc
+
+
+def _bundle_ref(raw: Mapping[str, Any]) -> BundleRef:
+    ref = BundleRef(str(raw["name"]), str(raw["sha256"]), int(raw["size"]), int(raw["files"]))
+    if "/" in ref.name or ref.name in ("", ".", "..") or "\0" in ref.name:
+        raise StoreError(f"malformed generation index: a bundle name that is no file name: {ref.name!r}")
+    return ref
+
+
+def _file_entry(raw: Any) -> FileEntry:
+    """`[size, mtime_ns, bundle]` or `[size, mtime_ns, bundle, sha256]` (`Generation.to_json`)."""
+    if not isinstance(raw, list) or not 3 <= len(raw) <= 4 or any(isinstance(x, (list, dict, bool)) for x in raw):
+        raise StoreError(f"malformed generation index: a file entry is {str(raw)[:40]}, not [size, mtime, bundle]")
+    return FileEntry(int(raw[0]), int(raw[1]), str(raw[2]), str(raw[3]) if len(raw) > 3 else "")
 
 
 def gen_name(number: int) -> str:

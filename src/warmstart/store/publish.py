@@ -38,6 +38,7 @@ from .bundle import (
     layer_of,
     now,
     per_layer,
+    safe_relpath,
 )
 from .bundlegc import collect_garbage
 from .extract import extract_bundle
@@ -57,6 +58,7 @@ class PublishPlan:
     full: bool  # a fresh generation that does not reference the base's bundles
     reason: str
     carry: Mapping[str, FileEntry] = field(default_factory=dict)  # full: the base's files to repack
+    distrusted: frozenset[str] = frozenset()  # bundles whose files are never carried
 
     @property
     def empty(self) -> bool:
@@ -74,19 +76,32 @@ def plan_publish(store: BundleStore, local: Path, *, distrust: Iterable[str] = (
     base, _ = store.latest()
     scan = scan_tree(local)
     local_files = {p: v for p, v in scan.files.items() if layer_of(p) is not None and not is_temporary(p)}
-    distrusted = set(distrust)
+    odd = [p for p in local_files if not safe_relpath(p)]
+    if odd:  # the index is JSON (UTF-8): such a name would make the generation unloadable for every worker
+        log.warning(
+            "publish",
+            "%d cache file(s) left out: the name is not valid UTF-8 (%r)",
+            len(odd),
+            os.fsencode(odd[0]),
+        )
+        local_files = {p: v for p, v in local_files.items() if p not in set(odd)}
+    distrusted = frozenset(distrust)
     if base is None:
         return PublishPlan(None, local_files, True, f"no generation in the {store.kind} store yet")
-    carry = {
-        p: f
-        for p, f in base.files.items()
-        if p not in local_files and f.bundle not in distrusted and not is_temporary(p)  # one published before
-    }
+    carry = without_conflicts(
+        {
+            p: f
+            for p, f in base.files.items()
+            if p not in local_files and f.bundle not in distrusted and not is_temporary(p)  # one published before
+        },
+        local_files,
+    )
     if distrusted & {b.name for b in base.bundles}:
         reason = "the newest generation holds a corrupt bundle: writing it anew"
-        return PublishPlan(base, local_files, True, reason, carry)
+        return PublishPlan(base, local_files, True, reason, carry, distrusted)
     if len(base.bundles) >= MAX_BUNDLES:
-        return PublishPlan(base, local_files, True, f"compacting {len(base.bundles)} bundles into one", carry)
+        reason = f"compacting {len(base.bundles)} bundles into one"
+        return PublishPlan(base, local_files, True, reason, carry, distrusted)
     missing = {p: v for p, v in local_files.items() if p not in base.files}
     changed = {p: v for p, v in local_files.items() if p in base.files and _other_bytes(local / p, v, base.files[p])}
     reason = f"{len(missing)} files the generation {base.number} lacks" + (
@@ -118,6 +133,7 @@ class PublishResult:
     seconds: float = 0.0
     detail: str = ""
     per_layer: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    left_out: tuple[str, ...] = ()  # local files not published: still being written (new next time)
 
 
 def _write_bundle(
@@ -131,7 +147,7 @@ def _write_bundle(
             local,
             files,
             writer.sink,
-            writing=open_for_writing(local),
+            writing=open_for_writing(local) - frozenset(roots),  # a carried copy is not the file held open here
             roots=roots,
             compress=store.compression == "zstd",
         )
@@ -144,13 +160,14 @@ def _write_bundle(
         raise
 
 
-def _fetch_carry(store: BundleStore, plan: PublishPlan, into: Path) -> dict[str, Path]:
-    """Extract the base's files this worker lacks into `into` (for a compaction's union); a bundle
-    that no longer restores loses its files, with a warning (its generation is as broken)."""
+def _fetch_carry(store: BundleStore, plan: PublishPlan, carry: Mapping[str, FileEntry], into: Path) -> dict[str, Path]:
+    """Extract the base's files `carry` names into `into` (for a compaction's union). A bundle that
+    cannot be read fails the publish (the previous generation stays): dropping its files would make
+    the union forget them; a bundle a restore found corrupt is distrusted and never carried."""
     assert plan.base is not None
     out: dict[str, Path] = {}
     for ref in plan.base.bundles:
-        wanted = {p: f for p, f in plan.carry.items() if f.bundle == ref.name}
+        wanted = {p: f for p, f in carry.items() if f.bundle == ref.name}
         if not wanted:
             continue
         try:
@@ -158,10 +175,62 @@ def _fetch_carry(store: BundleStore, plan: PublishPlan, into: Path) -> dict[str,
         except StoreUnavailable:
             raise
         except StoreError as exc:
-            log.warning("publish", "compaction leaves out %d files: %s", len(wanted), exc)
-            continue
+            # Not a bundle a restore found corrupt (those are distrusted, never carried): a read that
+            # failed now (a cut body, a short range) must not drop its files from the union for good.
+            raise StoreError(f"compaction could not read {len(wanted)} files to carry: {exc}") from exc
         out.update(dict.fromkeys(wanted, into))
     return out
+
+
+def _lost_in_compaction(plan: PublishPlan, packed: Mapping[str, object]) -> dict[str, FileEntry]:
+    """A compaction's base files that are in neither the packed local files nor the carry: open for
+    writing here or gone since the scan. They keep their base version (carried after packing)."""
+    if not plan.full or plan.base is None:
+        return {}
+    lost = {
+        p: f
+        for p, f in plan.base.files.items()
+        if p not in packed and p not in plan.carry and f.bundle not in plan.distrusted and not is_temporary(p)
+    }
+    return without_conflicts(lost, packed)
+
+
+def _on_top_of(
+    newest: Generation, new_entries: Mapping[str, FileEntry]
+) -> tuple[dict[str, FileEntry], tuple[BundleRef, ...]]:
+    """A generation published since the plan: its union, with this publish's files where it lacks
+    them (its own version of a path wins: it was published first)."""
+    entries = without_conflicts(newest.files, new_entries)
+    for rel, entry in new_entries.items():
+        entries.setdefault(rel, entry)
+    return entries, newest.bundles
+
+
+def _next_number(store: BundleStore, base: Generation | None) -> int:
+    """One above every generation name in the store, loadable or not: a malformed or unreadable
+    newest one takes its number for good, and building on the newest loadable one's would collide."""
+    try:
+        numbers = store.generation_numbers()
+    except (OSError, StoreError):
+        numbers = []
+    return max([base.number if base else 0, *numbers]) + 1
+
+
+def without_conflicts(entries: Mapping[str, FileEntry], newer: Iterable[str]) -> dict[str, FileEntry]:
+    """The older entries a newer set of paths leaves standing: a path that was a file and is now a
+    directory (or the other way round) keeps only its newer form, so that the union restores."""
+    newer = set(newer)
+    newer_dirs = {parent for p in newer for parent in _parents(p)}
+    return {
+        p: f
+        for p, f in entries.items()
+        if p in newer or (p not in newer_dirs and not any(parent in newer for parent in _parents(p)))
+    }
+
+
+def _parents(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publisher: str) -> PublishResult:
@@ -176,47 +245,63 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
     store.create()
     carried = local.with_name(local.name + f".compacting-{os.getpid()}")
     shutil.rmtree(carried, ignore_errors=True)
+    refs: list[BundleRef] = []
     try:
-        roots = _fetch_carry(store, plan, carried) if plan.carry else {}
+        roots = _fetch_carry(store, plan, plan.carry, carried) if plan.carry else {}
         # Files may have changed since the plan's scan: what is packed is what held still meanwhile.
         ref, packed = _write_bundle(store, local, [*plan.files, *roots], roots)
+        files = dict(packed.files)
+        refs += [ref] if ref is not None else []
+        lost = _lost_in_compaction(plan, files)
+        if lost:  # carried after packing: a base file open for writing here, or gone since the scan
+            more = _fetch_carry(store, plan, lost, carried / "after")
+            extra, extra_packed = _write_bundle(store, local, list(more), more)
+            if extra is not None:
+                refs.append(extra)
+                entries_extra = {p: (*v, extra.name) for p, v in extra_packed.files.items()}
+            else:
+                entries_extra = {}
+        else:
+            entries_extra = {}
     finally:
         shutil.rmtree(carried, ignore_errors=True)
-    if ref is None:
+    if not refs:
         return PublishResult(
             "nothing_new",
             plan.base.number if plan.base else None,
             detail=f"{len(packed.unstable)} files still being written: left for the next publish",
+            left_out=packed.unstable,
         )
-    files = packed.files
     base = plan.base
-    entries = {} if plan.full or base is None else dict(base.files)
+    new_entries = {rel: FileEntry(size, mtime_ns, refs[0].name, sha) for rel, (size, mtime_ns, sha) in files.items()}
+    new_entries |= {rel: FileEntry(size, mtime, name, sha) for rel, (size, mtime, sha, name) in entries_extra.items()}
+    entries = {} if plan.full or base is None else without_conflicts(base.files, new_entries)
     bundles = () if plan.full or base is None else base.bundles
-    for rel, (size, mtime_ns, sha) in files.items():
-        entries[rel] = FileEntry(size, mtime_ns, ref.name, sha)
-    number = (base.number if base else 0) + 1
+    entries.update(new_entries)
+    number = _next_number(store, base)
+    if number > (base.number if base else 0) + 1 and (newest := store.latest()[0]) is not None:
+        if base is None or newest.number > base.number:  # published since the plan: build on theirs
+            entries, bundles = _on_top_of(newest, new_entries)
     for _ in range(5):
-        gen = Generation(number, (*bundles, ref), entries, now(), publisher)
+        gen = Generation(number, (*bundles, *refs), entries, now(), publisher)
         data = json.dumps(gen.to_json(), sort_keys=True).encode()
         if not store.create_generation(number, data):
-            # Someone published this number meanwhile: build on theirs, keep our bundle.
+            # Someone published this number meanwhile: build on theirs, keep our bundles.
             newest, _ = store.latest()
             if newest is None:
                 raise StoreError("a generation appeared and vanished during publish") from None
-            entries = dict(newest.files)
-            for rel, (size, mtime_ns, sha) in files.items():
-                entries.setdefault(rel, FileEntry(size, mtime_ns, ref.name, sha))
-            bundles = newest.bundles
-            number = newest.number + 1
+            entries, bundles = _on_top_of(newest, new_entries)
+            number = _next_number(store, newest)
             continue
         return PublishResult(
             "published",
             number,
-            len(files),
-            ref.size,
+            len(new_entries),
+            sum(r.size for r in refs),
             time.monotonic() - start,
             plan.reason,
-            per_layer((p, s) for p, (s, _, _) in files.items()),
+            per_layer((p, e.size) for p, e in new_entries.items()),
+            left_out=tuple(p for p in packed.unstable if p not in new_entries),
         )
     raise StoreError("could not claim a generation number after 5 tries")
 

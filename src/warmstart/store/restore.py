@@ -25,7 +25,6 @@ older generation tried.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Mapping
@@ -34,11 +33,12 @@ from pathlib import Path
 from typing import Literal
 
 from .. import log
+from . import cachelock
 from .backend import GENERATIONS, READERS, BundleStore, Tier, step
 from .bundle import Generation, StoreError, StoreUnavailable, gen_name, now, per_layer
 from .deadline import Deadline
 from .extract import extract_bundle
-from .swap import clear_leftovers, replace_cache
+from .swap import clear_leftovers, replace_cache, staging_dir
 
 
 @dataclass(frozen=True)
@@ -71,14 +71,37 @@ def restore(
     store: BundleStore, dest: Path, *, reader: str, ttl_s: float = 1800.0, guard: Deadline | None = None
 ) -> RestoreResult:
     """Replace `dest` with the newest generation that restores intact (or leave it empty). With a
-    `guard`, `dest` is written only under its `committing()`: never once its deadline passed."""
+    `guard`, `dest` is written only under its `committing()`: never once its deadline passed.
+    Only under the cache's exclusive lock (`store.cachelock`): while another worker holds it, the
+    cache is that worker's and is left as it is. A local disk that cannot take the restore (full,
+    out of inodes) is a problem of the result, never an exception: the boot starts cold."""
     start = time.monotonic()
+    if cachelock.held_exclusive(dest):  # restore_tiers took it, and keeps it for the worker's life
+        return _restore(store, dest, reader=reader, ttl_s=ttl_s, guard=guard, start=start)
+    try:
+        if not cachelock.try_exclusive(dest):
+            problem = f"the local cache {dest} is in use by another worker on this host: left as it is"
+            return RestoreResult(None, 0, 0, time.monotonic() - start, {}, (problem,), (), store.kind)
+    except OSError as exc:
+        return _local_failure(store, dest, exc, start)
+    try:
+        return _restore(store, dest, reader=reader, ttl_s=ttl_s, guard=guard, start=start)
+    finally:
+        cachelock.release(dest)  # taken for this restore alone
+
+
+def _restore(
+    store: BundleStore, dest: Path, *, reader: str, ttl_s: float, guard: Deadline | None, start: float
+) -> RestoreResult:
     problems: list[str] = []
     bad: list[str] = []
-    # Per store: a tier's restore left behind by its deadline never touches the next tier's.
-    staging = dest.with_name(dest.name + f".restoring-{os.getpid()}-{store.kind}")
-    clear_leftovers(dest)
-    shutil.rmtree(staging, ignore_errors=True)
+    # Per store and per process: a tier's restore left behind by its deadline never touches the next tier's.
+    staging = staging_dir(dest, store.kind)
+    try:
+        clear_leftovers(dest)
+        shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        return _local_failure(store, dest, exc, start)
     unavailable = False
     unregistered = False
     try:
@@ -109,11 +132,17 @@ def restore(
             if not unregistered:
                 log.warning("restore", "cannot register as a reader (%s): restoring unprotected", exc)
                 unregistered = True
+        local_error = False
         try:
             step("restore:registered")
             if not store.exists(f"{GENERATIONS}/{gen_name(number)}"):
                 continue  # removed between listing and registering: take the next
-            staging.mkdir(parents=True)
+            try:
+                staging.mkdir(parents=True)
+            except OSError as exc:  # the local disk, not the store: no older generation fits either
+                problems.append(f"the local cache {dest}: {exc.strerror or exc}")
+                local_error = True
+                break
             for ref in gen.bundles:
                 extract_bundle(store.bundle_chunks(ref), ref, gen, staging)
             step("restore:extracted")
@@ -134,13 +163,32 @@ def restore(
                     store.remove(registration)
                 except (OSError, StoreError):
                     pass
-        replace_cache(dest, staging, guard)
+            if local_error:
+                shutil.rmtree(staging, ignore_errors=True)
+        try:
+            replace_cache(dest, staging, guard)
+        except StoreUnavailable:
+            raise  # the deadline passed: the caller goes on without this restore
+        except OSError as exc:
+            problems.append(f"the local cache {dest}: {exc.strerror or exc}")
+            break
         files = [(p, f.size) for p, f in gen.files.items()]
         seconds = time.monotonic() - start
         return RestoreResult(
             number, len(files), gen.bytes, seconds, per_layer(files), tuple(problems), tuple(bad), store.kind
         )
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    replace_cache(dest, staging, guard)  # nothing restorable: start cold, from an empty directory
+    try:
+        staging.mkdir(parents=True)
+        replace_cache(dest, staging, guard)  # nothing restorable: start cold, from an empty directory
+    except StoreUnavailable:
+        raise
+    except OSError as exc:  # the old cache stays where it is; vLLM writes what it can
+        shutil.rmtree(staging, ignore_errors=True)
+        problems.append(f"the local cache {dest}: {exc.strerror or exc}")
     return RestoreResult(None, 0, 0, time.monotonic() - start, {}, tuple(problems), tuple(bad), store.kind, unavailable)
+
+
+def _local_failure(store: BundleStore, dest: Path, exc: OSError, start: float) -> RestoreResult:
+    problem = f"the local cache {dest}: {exc.strerror or exc}"
+    return RestoreResult(None, 0, 0, time.monotonic() - start, {}, (problem,), (), store.kind)

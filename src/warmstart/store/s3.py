@@ -146,7 +146,12 @@ class S3Store(BundleStore):
                     out[name] = t - obj["LastModified"].timestamp()
             if not page.get("IsTruncated"):
                 return out
-            token = page.get("NextContinuationToken")
+            following = page.get("NextContinuationToken")
+            if not following or following == token:  # a broken store's page: asking again loops for ever
+                raise StoreUnavailable(
+                    f"{self.location}: a listing of {folder}/ says it is truncated but gives no new continuation token"
+                )
+            token = following
 
     def read(self, rel: str) -> bytes:
         return self.call("get_object", Key=self._key(rel), read=True)["Data"]

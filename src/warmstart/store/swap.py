@@ -1,9 +1,12 @@
 """The local side of a restore: a private staging directory, swapped in whole, and what dead restores left.
 
-A restore writes into `<cache>.restoring-<pid>`, which nothing else reads; only once every bundle
-passed its checks does it become the cache, the old one renamed aside first, so the cache's path
-holds at every moment a complete cache or nothing. A restore killed midway leaves its staging
-directory behind: the next restore into the same cache removes it.
+A restore writes into `<cache>.restoring-<token>-<store>`, which nothing else reads; only once every
+bundle passed its checks does it become the cache, the old one renamed aside first, so the cache's
+path holds at every moment a complete cache or nothing. The token is this process's pid and a random
+part: two containers sharing a local cache both run as pid 1, and a pid alone named the other one's
+directory as this one's. A restore killed midway leaves its staging directory behind: the next
+restore into the same cache removes it, under the cache's exclusive lock (`store.cachelock`), so
+what it removes is never a live restore's.
 """
 
 from __future__ import annotations
@@ -12,23 +15,38 @@ import contextlib
 import glob
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 from .deadline import Deadline
 
+_TOKEN: tuple[int, str] | None = None
+
+
+def process_token() -> str:
+    """This process's part of a staging name: its pid (for people) and a random part (pids repeat
+    across pid namespaces); a forked child gets its own."""
+    global _TOKEN
+    if _TOKEN is None or _TOKEN[0] != os.getpid():
+        _TOKEN = (os.getpid(), f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    return _TOKEN[1]
+
+
+def staging_dir(dest: Path, kind: str) -> Path:
+    return dest.with_name(f"{dest.name}.restoring-{process_token()}-{kind}")
+
 
 def clear_leftovers(dest: Path) -> None:
-    """Remove what restores into `dest` that no longer run left beside it:
-    `<dest>.restoring-<pid>-<store>` (a staging directory, complete or not) and `<dest>.replaced-<pid>`
-    (the cache it replaced). Nothing ever reads them; they only hold disk. A process still running
-    keeps its own, this one included: a tier's restore that its deadline left behind may still be
-    writing into its staging directory, and removes it itself (`replace_cache`)."""
+    """Remove what other restores into `dest` left beside it: `<dest>.restoring-<token>-<store>` (a
+    staging directory, complete or not) and `<dest>.replaced-<token>` (the cache it replaced). Run
+    only under the cache's exclusive lock: no other process restores into `dest` meanwhile, so each
+    is a dead restore's. This process keeps its own: a tier's restore that its deadline left
+    behind may still be writing into its staging directory, and removes it itself (`replace_cache`)."""
+    own = process_token()
     for path in dest.parent.glob(f"{glob.escape(dest.name)}.*-*"):
         kind, _, rest = path.name[len(dest.name) + 1 :].partition("-")
-        pid = rest.partition("-")[0]
-        if kind not in ("restoring", "replaced") or not pid.isdigit():
-            continue
-        if int(pid) == os.getpid() or process_alive(int(pid)):
+        token = rest.partition("-")[0] if kind == "restoring" else rest
+        if kind not in ("restoring", "replaced") or token == own:
             continue
         shutil.rmtree(path, ignore_errors=True)
 
@@ -47,7 +65,7 @@ def swap_in(staging: Path, dest: Path) -> None:
     """Make the complete staging directory the cache: the old one is renamed aside first, so that
     `dest` is at every moment either the old complete cache, absent, or the new complete one."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    replaced = dest.with_name(dest.name + f".replaced-{os.getpid()}")
+    replaced = dest.with_name(dest.name + f".replaced-{process_token()}")
     shutil.rmtree(replaced, ignore_errors=True)
     try:
         os.rename(dest, replaced)

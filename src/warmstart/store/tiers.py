@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import log
+from . import cachelock
 from .backend import READERS, BundleStore, Lease, Tier
 from .deadline import Deadline, bounded, within
 from .image import ImageStore
@@ -55,6 +56,31 @@ def restore_tiers(
     tier's restore (list, register, fetch, extract) within `deadline_s` (store/deadline.py). One
     restored from S3 reaches the volume with the volume's publish: it lacks a generation, so that
     publish writes all of it. `otherwise`: what the boot does when no tier has one, for the log."""
+    if not _may_replace(dest, deadline_s):
+        problem = f"the local cache {dest} is in use by another worker on this host: restore skipped, using it as it is"
+        log.warning("warmstart | restore  | %s", problem)
+        return TierRestore(None, (problem,), {})
+    try:
+        return _restore_tiers(tiers, dest, reader=reader, ttl_s=ttl_s, deadline_s=deadline_s, otherwise=otherwise)
+    finally:
+        cachelock.share(dest)  # in use while this worker serves: another worker's restore leaves it alone
+
+
+def _may_replace(dest: Path, wait_s: float | None) -> bool:
+    """The cache's exclusive lock, or (another worker restores or serves from it) False once that
+    worker's restore, if one runs, is done (waiting up to `wait_s`), holding it shared."""
+    try:
+        if cachelock.try_exclusive(dest):
+            return True
+    except OSError:
+        return True  # no lock file on a full disk: the restore says so, per tier
+    cachelock.share(dest, wait_s or 0.0)
+    return False
+
+
+def _restore_tiers(
+    tiers: Sequence[BundleStore], dest: Path, *, reader: str, ttl_s: float, deadline_s: float | None, otherwise: str
+) -> TierRestore:
     problems: list[str] = []
     bad: dict[str, tuple[str, ...]] = {}
     result = None
@@ -118,8 +144,12 @@ def restore_within(
     if result is not None:
         return result
     assert deadline is not None
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True, exist_ok=True)
+    if cachelock.held_exclusive(dest):  # never another worker's cache
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
     return RestoreResult(None, 0, 0, deadline.seconds, {}, (deadline.reason,), (), tier.kind, unavailable=True)
 
 

@@ -36,7 +36,7 @@ from .backend import (
     step,
     volume_now,
 )
-from .bundle import CHUNK, BundleRef, StoreError, bundle_name, file_chunks, file_ranges, gen_name, now
+from .bundle import CHUNK, BundleRef, StoreError, StoreUnavailable, bundle_name, file_chunks, file_ranges, gen_name, now
 from .history import write_json_atomic
 
 
@@ -90,8 +90,10 @@ class StagedStore(BundleStore):
         out = {}
         try:
             entries = list(os.scandir(self.root / folder))
-        except OSError:
-            return {}
+        except FileNotFoundError:
+            return {}  # nothing published there yet
+        except OSError as exc:  # EIO, EACCES...: not an empty folder, nothing is known about it
+            raise StoreUnavailable(f"{self.root / folder} could not be listed: {exc.strerror or exc}") from exc
         for entry in entries:
             try:
                 out[entry.name] = t - entry.stat().st_mtime
@@ -203,6 +205,15 @@ class _FolderBundleWriter(BundleWriter):
             pass
 
 
+def _identity(path: Path) -> tuple[int, int, int, bytes] | None:
+    """The lease file as it is now (inode, size, mtime, bytes): a take-over or a renewal changes it."""
+    try:
+        st = os.stat(path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns, path.read_bytes())
+    except OSError:
+        return None
+
+
 @dataclass
 class PublishLease(Lease):
     """Who may publish. A file created exclusively; a holder that died loses it at expiry."""
@@ -254,15 +265,25 @@ class PublishLease(Lease):
             try:
                 fd = os.open(self.store.lease_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
+                judged = _identity(self.store.lease_path)
                 if not self._stale(self._read()):
                     return False
-                # Take a stale lease over: only one renamer wins the old file.
-                grave = self.store.root / f".lease-stale-{self.holder}"
+                # Take a stale lease over: only one renamer wins the old file. The rename moves
+                # whatever lease is there now: if another worker took it over since it was judged
+                # (another file, or renewed), it goes back, and that worker keeps it.
+                grave = self.store.root / f".lease-stale-{self.holder}-{uuid.uuid4().hex[:8]}"
                 try:
                     os.rename(self.store.lease_path, grave)
-                    os.unlink(grave)
                 except FileNotFoundError:
-                    pass
+                    continue
+                if judged is None or _identity(grave) != judged:
+                    try:
+                        os.link(grave, self.store.lease_path)  # never over a lease made meanwhile
+                    except FileExistsError:
+                        pass
+                    os.unlink(grave)
+                    return False
+                os.unlink(grave)
                 continue
             with os.fdopen(fd, "w") as handle:
                 handle.write(payload)

@@ -10,7 +10,8 @@ them again.
 One daemon thread. Every `interval_s` (WARMSTART_SERVE_PUBLISH_S), and soon after vLLM's JIT
 warning, it
 - renews the serving marker (warmstart/booting/<worker>.json, state "serving", store/markers.py)
-  and, hourly, the key's `last_used`;
+  and, hourly, the key's `last_used` (on a timer of its own, every third of the marker's TTL: a
+  publish may outlast the TTL);
 - looks for new or changed cache files: a walk of the cache directories that compares (path,
   size, mtime) with what the last publish saw, stat calls only, no reads;
 - publishes when something changed, never two at a time, and at least `interval_s` after the
@@ -29,7 +30,7 @@ from typing import Any
 from .. import log
 from ..boot import Boot
 from ..report.build import publish_seconds, staged_layer_counts, staged_summary
-from ..store.bundle import is_temporary
+from ..store.bundle import is_temporary, layer_of
 from ..store.markers import write_boot_marker
 from ..store.tiers import release_leases
 from ..tree import scan_tree
@@ -97,6 +98,9 @@ class ServingUpkeep:
         self._stop = threading.Event()
         self._due: float | None = None  # a JIT warning asked for a look at this time
         self._thread = threading.Thread(target=self._run, name="warmstart-upkeep", daemon=True)
+        # The marker's own timer: a publish may take longer than the marker's TTL (a slow volume, the
+        # S3 deadline, a lease wait), and gc must never take a served key for an idle one meanwhile.
+        self._marker_thread = threading.Thread(target=self._renew_marker, name="warmstart-marker", daemon=True)
 
     @property
     def staged(self) -> bool:
@@ -104,7 +108,18 @@ class ServingUpkeep:
 
     def start(self) -> None:
         self.mark_serving()
+        self._marker_thread.start()
         self._thread.start()
+
+    @property
+    def marker_ttl_s(self) -> float:
+        return max(MARKER_TTL_S, 3 * self.interval_s)
+
+    def _renew_marker(self) -> None:
+        """Renew the serving marker every third of its TTL (and at most every `renew_s`), whatever
+        the publishing thread is doing."""
+        while not self._stop.wait(min(self.renew_s, self.marker_ttl_s / 3)):
+            self.mark_serving()
 
     # ------------------------------------------------------------------ vLLM's log
 
@@ -129,7 +144,7 @@ class ServingUpkeep:
                 plan.layout,
                 plan.key.dirname,
                 self.boot.worker,
-                max(MARKER_TTL_S, 3 * self.interval_s),
+                self.marker_ttl_s,
                 model=plan.model.repo_id,
                 revision=plan.model.revision,
                 state="serving",
@@ -161,12 +176,25 @@ class ServingUpkeep:
                 log.warning("publish", "publish while serving failed: %s", self.boot.redactor.text(str(exc)))
                 return False
             if not self._retry_later():
-                self._published_snapshot = snapshot
+                # What a publish left out (still open for writing) is new at the next look, even
+                # if it is closed without another byte: it was not published.
+                left = self._left_out()
+                self._published_snapshot = {k: v for k, v in snapshot.items() if k not in left}
             self.publishes += 1
             apply_publish(self.boot, self.report)
             return True
         finally:
             self._publishing.release()
+
+    def _left_out(self) -> set[str]:
+        """The snapshot's names (`<layer>/<path>`) of the files the latest publish left out."""
+        results = self.boot.published.results if self.boot.published else ()
+        out = set()
+        for rel in (p for r in results for p in r.left_out):
+            layer = layer_of(rel)
+            if layer is not None:
+                out.add(f"{layer}/{rel.partition('/')[2]}")
+        return out
 
     def _retry_later(self) -> bool:
         """A tier failed, or skipped because another worker held its lease: what this one saw
@@ -206,7 +234,6 @@ class ServingUpkeep:
             if self._due is not None and self.clock() < self._due - 0.05:
                 continue  # a JIT warning arrived: look once its files had time to land
             self._due = None
-            self.mark_serving()
             if self._publish_allowed():
                 self.publish_if_changed()
 
@@ -219,6 +246,8 @@ class ServingUpkeep:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(FINAL_JOIN_S)
+        if self._marker_thread.is_alive():
+            self._marker_thread.join(5.0)
         if self._thread.is_alive():
             # It dies with the process, before its own `finally` gives the lease back: do it here.
             log.warning("publish", "the publish while serving is still running; no final publish")
