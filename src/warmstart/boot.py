@@ -264,7 +264,7 @@ class Boot:
         port = plan.settings.vllm_port or free_port()
         argv = engine_command(plan.engine, plan.settings, self.model_arg, port, plan.fit)
         env = engine_environment(plan.settings.environ, plan.engine_env, plan.settings.vllm_env_pass)
-        if withheld := withheld_names(plan.settings.environ):
+        if withheld := withheld_names(plan.settings.environ, plan.settings.vllm_env_pass):
             log.info("engine", "not passed to vLLM: %s (WARMSTART_VLLM_ENV adds a name)", ", ".join(withheld))
         if self.weights_plan is None:
             self.start_prefetch()

@@ -190,14 +190,14 @@ def reaches_vllm(name: str, passed: str | None = None) -> bool:
 SECRETS_VLLM_READS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"})
 
 
-def withheld_names(inherited: Mapping[str, str]) -> list[str]:
+def withheld_names(inherited: Mapping[str, str], passed: str | None = None) -> list[str]:
     """The inherited variables that do not reach vLLM, for the one line that names them: neither the
     secrets (their names are no one's business in a log) nor warmstart's own settings (vLLM never
     reads those). A variable a library of the user's reads is added with WARMSTART_VLLM_ENV."""
     return sorted(
         name
         for name in inherited
-        if not reaches_vllm(name, inherited) and not looks_secret(name) and name not in WITHHELD_FROM_VLLM
+        if not reaches_vllm(name, passed) and not looks_secret(name) and name not in WITHHELD_FROM_VLLM
     )
 
 
