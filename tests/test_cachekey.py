@@ -318,3 +318,24 @@ def test_ignore_list_is_vllm_033s():
     for name in ("VLLM_PORT", "VLLM_CACHE_ROOT", "VLLM_ENABLE_STARTUP_PLAN", "VLLM_API_KEY", "VLLM_CPU_KVCACHE_SPACE"):
         assert name in VLLM_ENV_NOT_HASHED
     assert "VLLM_USE_AOT_COMPILE" not in VLLM_ENV_NOT_HASHED
+
+
+def test_the_factor_diff_is_written_once_and_read_by_the_report_explain_and_the_siblings():
+    from warmstart import explain
+    from warmstart.key import factor_diff
+    from warmstart.report.layers import differing
+
+    old = {"args": {"max_model_len": 256, "dtype": "auto"}, "vllm": "0.33.0", "capture": [1, 2]}
+    new = {"args": {"max_model_len": 384, "dtype": "auto"}, "vllm": "0.33.0", "capture": [1, 2, 4], "extra": 1}
+    assert factor_diff(old, new) == {
+        "args.max_model_len": [256, 384],
+        "capture": ["[1, 2]", "[1, 2, 4]"],
+        "extra": [None, 1],
+    }
+    assert factor_diff(old, old) == {}
+    assert differing(old, new) == [
+        "args.max_model_len: 256 -> 384",
+        "capture: '[1, 2]' -> '[1, 2, 4]'",
+        "extra: None -> 1",
+    ]
+    assert [pair for pair in explain.factor_differences(old, new).values()] == list(factor_diff(old, new).values())

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .report.layers import flatten
+from .key import factor_diff
 from .store.backend import BundleStore
 from .store.scan import KeyInfo, VolumeScan
 from .store.siblings import SeedPlan, Sibling, choose_seeds
@@ -60,12 +60,7 @@ def factor_label(name: str) -> str:
 
 def factor_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[Any]]:
     """{label: [old, new]} for every factor that differs (None where one side lacks it)."""
-    a, b = flatten(old), flatten(new)
-    out: dict[str, list[Any]] = {}
-    for name in sorted(set(a) | set(b)):
-        if a.get(name) != b.get(name):
-            out[factor_label(name)] = [a.get(name), b.get(name)]
-    return out
+    return {factor_label(name): pair for name, pair in factor_diff(old, new).items()}
 
 
 def _show(value: Any) -> str:

@@ -140,3 +140,25 @@ def derive_key(
     rev_part = model.revision.removeprefix("local-")[:8]
     dirname = f"{model_part}--{rev_part}--{hardware.slug}--vllm-{_slug(engine.vllm, 20)}--{digest[:10]}"
     return CacheKey(factors, digest, dirname)
+
+
+# --------------------------------------------------------------------------- comparing factors
+# One diff of two keys' factors, read by the report's miss explanation, `explain` and the choice of
+# sibling keys to seed from: nested records compared leaf by leaf under dotted names.
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(data, list):
+        return {prefix: json.dumps(data, sort_keys=True)}
+    return {prefix: data}
+
+
+def factor_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """{dotted name: [old, new]} for every factor that differs (None where one side lacks it)."""
+    a, b = flatten(old), flatten(new)
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}

@@ -29,7 +29,8 @@ from warmstart.store.publish import MAX_BUNDLES, plan_publish, publish
 from warmstart.store.restore import _register_reader, restore
 from warmstart.store.tiers import restore_tiers
 from warmstart.store.volume import PublishLease, StagedStore
-from warmstart_dev.faultfs import FaultRule, faulty_mounted
+from warmstart_dev.faultfs import FaultRule
+from warmstart_dev.slowfs import faulty_mounted
 
 
 @pytest.fixture

@@ -511,7 +511,7 @@ def volume_rules(rate: float) -> list[Any]:
 def _volume(workdir: Path, fault_rate: float, seed: int) -> Any:
     """The faulty FUSE volume over `workdir/volume-source`, or the folder itself (and why) where no
     FUSE mount can be made (not root, no /dev/fuse)."""
-    from .faultfs import faulty_mounted
+    from .slowfs import faulty_mounted
 
     source = workdir / "volume-source"
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):

@@ -25,13 +25,12 @@ that fail (seeded). Counts of what was injected go to a JSON stats file, for the
 
 from __future__ import annotations
 
-import contextlib
 import errno as errnos
 import json
 import os
 import random
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -163,35 +162,3 @@ class Faults:
             return dict(json.loads(self.stats_file.read_text()))
         except (OSError, ValueError):
             return {}
-
-
-@contextlib.contextmanager
-def faulty_mounted(
-    source: Path,
-    mountpoint: Path,
-    *,
-    rules: Sequence[FaultRule] = (),
-    control: Path | None = None,
-    seed: int = 0,
-    latency_ms: float = 0.0,
-    bandwidth_mbps: float = 0.0,
-    **options: Any,
-) -> Iterator[tuple[Path, Faults]]:
-    """`slowfs.mounted` with the fault layer: no latency or cap unless asked; rules changeable."""
-    from .slowfs import mounted
-
-    control = control or mountpoint.with_name(mountpoint.name + ".faults")
-    control.mkdir(parents=True, exist_ok=True)
-    faults = Faults(control / "rules.json", control / "injected.json")
-    faults.set(rules)
-    with mounted(
-        source,
-        mountpoint,
-        latency_ms=latency_ms,
-        bandwidth_mbps=bandwidth_mbps,
-        faults_file=faults.rules_file,
-        fault_stats=faults.stats_file,
-        fault_seed=seed,
-        **options,
-    ) as mnt:
-        yield mnt, faults

@@ -35,9 +35,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from . import faultfs
 
 DEFAULT_LATENCY_MS = 3.0
 DEFAULT_BANDWIDTH_MBPS = 300.0
@@ -248,9 +250,7 @@ def make_operations(
             return 0
 
     if faults is not None:
-        from .faultfs import with_faults
-
-        return with_faults(SlowPassthrough(), faults)
+        return faultfs.with_faults(SlowPassthrough(), faults)
     return SlowPassthrough()
 
 
@@ -272,9 +272,7 @@ def serve(
 
     switch = None
     if faults_file:
-        from .faultfs import FaultSwitch
-
-        switch = FaultSwitch(faults_file, fault_stats, fault_seed)
+        switch = faultfs.FaultSwitch(faults_file, fault_stats, fault_seed)
     ops = make_operations(
         str(source), latency_ms / 1000.0, Bandwidth(bandwidth_mbps * 1e6), quota_bytes, stream_mbps * 1e6, switch
     )
@@ -418,3 +416,33 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+@contextlib.contextmanager
+def faulty_mounted(
+    source: Path,
+    mountpoint: Path,
+    *,
+    rules: Sequence[faultfs.FaultRule] = (),
+    control: Path | None = None,
+    seed: int = 0,
+    latency_ms: float = 0.0,
+    bandwidth_mbps: float = 0.0,
+    **options: Any,
+) -> Iterator[tuple[Path, faultfs.Faults]]:
+    """`mounted` with the fault layer (`faultfs`): no latency or cap unless asked; rules changeable."""
+    control = control or mountpoint.with_name(mountpoint.name + ".faults")
+    control.mkdir(parents=True, exist_ok=True)
+    faults = faultfs.Faults(control / "rules.json", control / "injected.json")
+    faults.set(rules)
+    with mounted(
+        source,
+        mountpoint,
+        latency_ms=latency_ms,
+        bandwidth_mbps=bandwidth_mbps,
+        faults_file=faults.rules_file,
+        fault_stats=faults.stats_file,
+        fault_seed=seed,
+        **options,
+    ) as mnt:
+        yield mnt, faults

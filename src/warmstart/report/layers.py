@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import log
+from ..key import factor_diff
 from ..tree import TreeDelta, TreeScan, tree_delta
 from ..vllm.cudagraphs import capture_summary
 from ..vllm.logread import compile_silence, compile_unknown, compiled_while_serving, flashinfer_own_status, log_warnings
@@ -260,24 +261,9 @@ def compile_hashes(vllm_dir: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(data, list):
-        return {prefix: json.dumps(data, sort_keys=True)}
-    return {prefix: data}
-
-
 def differing(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 12) -> list[str]:
     """Human lines naming the factors that differ between two records."""
-    a, b = flatten(old), flatten(new)
-    lines = []
-    for name in sorted(set(a) | set(b)):
-        if a.get(name) != b.get(name):
-            lines.append(f"{name}: {a.get(name)!r} -> {b.get(name)!r}")
+    lines = [f"{name}: {was!r} -> {now!r}" for name, (was, now) in factor_diff(old, new).items()]
     if len(lines) > limit:
         lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
     return lines

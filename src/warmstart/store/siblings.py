@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..report.layers import flatten
+from ..key import factor_diff
 from .backend import GENERATIONS, BundleStore, Tier
 from .bundle import StoreError, parse_gen_name
 from .deadline import Deadline, within
@@ -128,11 +128,6 @@ class SeedPlan:
         }
 
 
-def _differing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[Any]]:
-    a, b = flatten(old), flatten(new)
-    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
-
-
 def refusal(own: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:
     """Why a sibling's files must not be seeded into this key (None: they may). The libraries'
     keys cover their own versions, but not all of them cover the hardware (Inductor on the CPU
@@ -153,8 +148,8 @@ def nearness(own: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[int, int
     model = 0 if (own.get("model"), own.get("revision")) == (other.get("model"), other.get("revision")) else 1
     if own.get("model") != other.get("model"):
         model = 2
-    flags = len(_differing(other.get("args") or {}, own.get("args") or {}))
-    flags += len(_differing(other.get("vllm_env") or {}, own.get("vllm_env") or {}))
+    flags = len(factor_diff(other.get("args") or {}, own.get("args") or {}))
+    flags += len(factor_diff(other.get("vllm_env") or {}, own.get("vllm_env") or {}))
     return model, flags
 
 
@@ -180,7 +175,7 @@ def choose_seeds(
     ordered = sorted(usable.values(), key=lambda rs: rs[1].last_used, reverse=True)
     ordered.sort(key=lambda rs: rs[0])  # stable: among equals, the most recently used first
     sources = tuple(
-        SeedSource(s.key, s.tier, _differing(s.factors, factors), s.cold_compile_s) for _, s in ordered[:limit]
+        SeedSource(s.key, s.tier, factor_diff(s.factors, factors), s.cold_compile_s) for _, s in ordered[:limit]
     )
     note = "" if sources else ("no sibling qualifies" if refused else "no other key with a generation")
     return SeedPlan(sources=sources, refused=tuple(sorted(refused)), note=note)
