@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import socket
 import threading
 
 import pytest
 
 from helpers.run import MODEL_ID, base_env, run_warmstart
-from warmstart.model import ModelError, check_snapshot, repo_dir, resolve
+from warmstart.model import ModelError, check_snapshot, repo_dir, resolve, vllm_model_path
 from warmstart_dev.fakehub import FakeHub
-from warmstart_dev.testmodel import model_files, snapshot_commit
+from warmstart_dev.testmodel import model_files, snapshot_commit, write_test_model
 
 
 def test_resolves_hub_id_from_cache_without_network(volume, tiny_model):
@@ -124,7 +126,8 @@ def test_refused_hub_fails_with_one_line(tmp_path, volume, fake_vllm_python):
 
 
 def test_offline_and_incomplete_is_an_error_not_a_download(tmp_path, volume, tiny_model, fake_vllm_python):
-    os.unlink(repo_dir(volume / "huggingface-cache" / "hub", MODEL_ID) / "refs" / "main")
+    # (A cache without refs/main is no longer "missing": its only snapshot is taken. A lost blob is.)
+    (tiny_model.snapshot / "model.safetensors").resolve().unlink()
     env = base_env(volume, fake_vllm_python, tmp_path, HF_HUB_OFFLINE="1")
     result = run_warmstart(["boot"], env, timeout=60)
     assert result.returncode == 2
@@ -227,3 +230,52 @@ def test_boot_links_the_stable_path_or_falls_back_to_the_snapshot(tmp_path, volu
     assert boot.model_arg == tiny_model.snapshot
     assert any("cannot link" in w for w in boot.warnings)
     assert boot.plan.model_arg != tiny_model.snapshot  # the plan itself stays as planned
+
+
+# Runpod's cached models and pre-filled volumes store a repo under a lower-cased folder
+# (models--qwen--qwen2.5-coder-32b-instruct-awq) while MODEL_NAME is written in the Hub's casing.
+HUB_CASED = "Warmstart/Tiny-Llama"
+
+
+def test_lower_cased_cache_folder_is_found_without_network(tmp_path):
+    hub = tmp_path / "hub"
+    stored = write_test_model(hub, HUB_CASED.lower())
+    model = resolve(HUB_CASED, None, hub, no_download_reason="test")
+    assert model.source == "hf-cache"
+    assert model.path == stored.snapshot
+    # The served name and the key's model factor are the user's MODEL_NAME, whatever the folder's casing.
+    assert model.name == model.repo_id == HUB_CASED
+    assert not repo_dir(hub, HUB_CASED).exists()  # nothing copied or downloaded
+
+
+def test_either_casing_gives_one_key_and_one_vllm_path(tmp_path):
+    lower = write_test_model(tmp_path / "a" / "hub", HUB_CASED.lower())
+    exact = write_test_model(tmp_path / "b" / "hub", HUB_CASED)
+    assert lower.commit == exact.commit
+    one = resolve(HUB_CASED, None, tmp_path / "a" / "hub", no_download_reason="test")
+    two = resolve(HUB_CASED, None, tmp_path / "b" / "hub", no_download_reason="test")
+    assert (one.repo_id, one.revision) == (two.repo_id, two.revision)
+    assert vllm_model_path(one, tmp_path / "local") == vllm_model_path(two, tmp_path / "local")
+
+
+def test_exact_casing_is_preferred_over_lower_cased(tmp_path):
+    hub = tmp_path / "hub"
+    write_test_model(hub, HUB_CASED.lower(), seed=1)
+    exact = write_test_model(hub, HUB_CASED)
+    assert resolve(HUB_CASED, None, hub, no_download_reason="test").path == exact.snapshot
+
+
+def test_cache_without_refs_takes_the_only_snapshot_or_says_which(tmp_path, caplog):
+    hub = tmp_path / "hub"
+    stored = write_test_model(hub, HUB_CASED.lower())
+    shutil.rmtree(repo_dir(hub, HUB_CASED.lower()) / "refs")
+    assert resolve(HUB_CASED, None, hub, no_download_reason="test").path == stored.snapshot
+    # A named revision that no ref records is not guessed.
+    with pytest.raises(ModelError, match="'v2' is not in the cache"):
+        resolve(HUB_CASED, "v2", hub, no_download_reason="test")
+    newer = stored.snapshot.parent / ("f" * 40)
+    shutil.copytree(stored.snapshot, newer, symlinks=True)
+    os.utime(stored.snapshot, (1, 1))
+    with caplog.at_level(logging.WARNING, logger="warmstart"):
+        assert resolve(HUB_CASED, None, hub, no_download_reason="test").path == newer
+    assert "2 snapshots; taking the most recently written, ffffffffffff" in caplog.text

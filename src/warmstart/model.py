@@ -69,6 +69,20 @@ def repo_dir(hub_cache: Path, repo_id: str) -> Path:
     return hub_cache / ("models--" + repo_id.replace("/", "--"))
 
 
+def cached_repo_dir(hub_cache: Path, repo_id: str) -> Path:
+    """The repo's folder in `hub_cache` as it is stored: the Hub's casing first, then lower-cased.
+
+    Runpod's cached models and pre-filled volumes store a repo under a lower-cased folder
+    (`models--qwen--qwen2.5-...`) while users write MODEL_NAME in the Hub's casing; worker-vllm
+    looks for both (its fa42ecd). Falls back to the exact folder when neither exists.
+    """
+    exact = repo_dir(hub_cache, repo_id)
+    if exact.is_dir():
+        return exact
+    lower = repo_dir(hub_cache, repo_id.lower())
+    return lower if lower.is_dir() else exact
+
+
 def check_snapshot(path: Path) -> SnapshotCheck:
     """Decide from the files alone whether a snapshot can be served without the Hub.
 
@@ -112,16 +126,42 @@ def check_snapshot(path: Path) -> SnapshotCheck:
 
 
 def resolve_commit(hub_cache: Path, repo_id: str, revision: str | None) -> str | None:
-    """The commit a revision points to in the local cache, or None if unknown here."""
+    """The commit a revision points to in the local cache, or None if unknown here.
+
+    `refs/<revision>` when present. A cache written without refs (some pre-filled volumes hold
+    only `snapshots/`) gives, for the default revision, its only snapshot; with several, the most
+    recently written one, and the log says which was taken and why.
+    """
     rev = revision or "main"
     if _COMMIT.match(rev):
         return rev
-    ref = repo_dir(hub_cache, repo_id) / "refs" / rev
+    folder = cached_repo_dir(hub_cache, repo_id)
     try:
-        commit = ref.read_text().strip()
+        commit = (folder / "refs" / rev).read_text().strip()
+    except OSError:
+        commit = ""
+    if _COMMIT.match(commit):
+        return commit
+    if revision not in (None, "main") or (folder / "refs" / rev).exists():
+        return None
+    try:
+        snapshots = [d for d in (folder / "snapshots").iterdir() if d.is_dir() and _COMMIT.match(d.name)]
     except OSError:
         return None
-    return commit if _COMMIT.match(commit) else None
+    if not snapshots:
+        return None
+    if len(snapshots) > 1:
+        snapshots.sort(key=lambda d: (d.stat().st_mtime, d.name))
+        log.warning(
+            "warmstart | model    | %s: no refs/%s in %s and %d snapshots; taking the most recently written, %s "
+            "(set MODEL_REVISION to a commit to choose)",
+            repo_id,
+            rev,
+            folder,
+            len(snapshots),
+            snapshots[-1].name[:12],
+        )
+    return snapshots[-1].name
 
 
 def local_revision(path: Path) -> str:
@@ -178,7 +218,7 @@ def resolve(
         if commit is None:
             reason = reason or f"revision {revision or 'main'!r} is not in the cache at {hub_cache}"
             continue
-        check = check_snapshot(repo_dir(cache, name) / "snapshots" / commit)
+        check = check_snapshot(cached_repo_dir(cache, name) / "snapshots" / commit)
         if check.complete:
             return ResolvedModel(
                 name,
