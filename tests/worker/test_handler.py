@@ -269,3 +269,11 @@ def test_scripted_engine_bench_runs_and_counts(tmp_path):
     assert (result["jobs"], result["concurrency"], result["errors"]) == (40, 5, 0)
     assert result["stream_chunks_per_s"] > 0 and result["direct_stream_chunks_per_s"] > 0
     assert result["overhead_p50_ms"] == pytest.approx(result["handler_p50_ms"] - result["direct_p50_ms"], abs=0.01)
+
+
+def test_anthropic_messages_routes_are_allowed():
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    for route in ("/v1/messages", "/v1/messages/count_tokens"):
+        req = parse({"openai_route": route, "openai_input": body})
+        assert (req.route, req.method, req.body["model"]) == (route, "POST", SERVED)
+        assert parse({"route": route, "body": body}).route == route

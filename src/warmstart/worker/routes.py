@@ -29,6 +29,10 @@ ROUTES: Mapping[str, frozenset[str]] = {
     "/v1/responses": frozenset({"POST"}),
     "/v1/score": frozenset({"POST"}),
     "/v1/rerank": frozenset({"POST"}),
+    # Anthropic Messages: worker-vllm documents them and vLLM serves them
+    # (vllm/entrypoints/anthropic/api_router.py, "/v1/messages", "/v1/messages/count_tokens").
+    "/v1/messages": frozenset({"POST"}),
+    "/v1/messages/count_tokens": frozenset({"POST"}),
     "/tokenize": frozenset({"POST"}),
     "/detokenize": frozenset({"POST"}),
 }
