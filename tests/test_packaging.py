@@ -51,6 +51,27 @@ def test_tests_json_has_the_required_fields():
     assert {"gpuTypeId", "gpuCount", "env"} <= set(TESTS["config"])
 
 
+# Runpod's GPU pools (hub.json `gpuIds`) and the GPU type ids in each, from docs.runpod.io
+# flash/configuration/gpu-types ("GpuGroup.AMPERE_80 A100 80GB PCIe, A100-SXM4-80GB") and
+# references/gpu-types (the ids). Only the pools this repo's hub.json names.
+GPU_POOLS = {
+    "AMPERE_80": {"NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-80GB"},
+    "ADA_80_PRO": {"NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL"},
+    "HOPPER_141": {"NVIDIA H200"},
+}
+
+
+def test_hub_tests_run_on_a_gpu_the_hub_offers_with_time_for_a_cold_boot():
+    pools = HUB["config"]["gpuIds"].split(",")
+    assert set(pools) <= set(GPU_POOLS), "a pool in hub.json that this test does not know"
+    offered = set().union(*(GPU_POOLS[p] for p in pools))
+    assert TESTS["config"]["gpuTypeId"] in offered
+    # A cold worker downloads the model and compiles before the first job: worker-vllm raised the same
+    # tests from 30 s to 300 s (its PR #299). Any test can be the first a fresh worker gets.
+    for test in TESTS["tests"]:
+        assert test["timeout"] >= 300_000, test["name"]
+
+
 def test_every_hub_variable_is_read_by_the_settings():
     offered = {entry["key"] for entry in HUB["config"]["env"]}
     assert offered - known_variables() == set()
