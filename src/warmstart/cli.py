@@ -128,7 +128,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     print(f"Keys on {scan.layout.root} ({len(scan.keys)}):")
     for k in scan.keys:
-        counts = "/".join(str(k.verdicts.get(v, 0)) for v in ("cold", "partial", "warm"))
+        counts = "/".join(str(k.verdicts.get(v, 0)) for v in ("cold", "partial", "warm", "failed"))
+        # A boot that never reached ready is "failed", not "0/0/0": its report has an error or no verdict.
+        failed_last = bool(k.history) and (k.history[-1].get("error") or k.history[-1].get("verdict") is None)
+        last = "failed" if failed_last else (k.last_verdict or "-")
         ready = f"{k.last_ready_s:.1f} s" if k.last_ready_s is not None else "-"
         print(f"  {k.name}")
         print(
@@ -136,8 +139,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{_size(k.bytes)} (bundles {_size(k.bytes_by_kind['bundles'])}, cache {_size(k.bytes_by_kind['cache'])})"
         )
         print(
-            f"      {k.generations} generation(s), {k.boots} boot(s) cold/partial/warm {counts}, "
-            f"last {k.last_verdict or '-'} ready {ready}, created {k.created or '-'}, last used {k.last_used or '-'}"
+            f"      {k.generations} generation(s), {k.boots} boot(s) cold/partial/warm/failed {counts}, "
+            f"last {last} ready {ready}, created {k.created or '-'}, last used {k.last_used or '-'}"
             + (f"  IN USE: {'; '.join(k.in_use)}" if k.in_use else "")
         )
     print(f"HF snapshots ({len(scan.models)}):")

@@ -90,6 +90,8 @@ def make_key(
     if last_used is not None:
         manifest = read_json(layout.manifest_path(key))
         manifest["last_used"] = last_used.isoformat(timespec="seconds")
+        if any(verdict != "failed" for verdict, _ in verdicts):
+            manifest["last_success"] = manifest["last_used"]
         write_json_atomic(layout.manifest_path(key), manifest)
     return key
 
@@ -158,6 +160,28 @@ def test_ls_lists_every_key_and_snapshot_with_bytes_boots_and_cost(volume3):
     assert data["monthly_cost_usd"] == monthly_cost(data["total_bytes"])
     human = run_cli("ls", "--volume", str(layout.root))
     assert "HF snapshots (2)" in human.stdout and keys[0].dirname in human.stdout
+
+
+def test_a_boot_that_never_reached_ready_is_failed_and_not_recent_use(volume3):
+    layout, keys, _ = volume3
+    # The newest key: a boot that touched it (a minute ago) and died before ready.
+    failed = make_key(
+        layout,
+        layout.root.parent,
+        factors("warmstart/tiny-llama", keys[0].factors["revision"], MAX_MODEL_LEN="2048"),
+        [],
+        last_used=datetime.now(timezone.utc) - timedelta(minutes=1),
+    )
+    store = KeyStore(layout, failed)
+    store.record_boot(report(failed, "cold", 30.0) | {"verdict": None, "ready_s": None, "error": "engine died"})
+    info = {k.name: k for k in scan_volume(layout).keys}[failed.dirname]
+    assert info.verdicts["failed"] == 1 and info.last_success is None
+    human = run_cli("ls", "--volume", str(layout.root))
+    assert "cold/partial/warm/failed 0/0/0/1, last failed" in human.stdout
+    # gc --keep-last 1 keeps the key that last served (1 day ago), not the one whose boot failed.
+    plan = plan_gc(scan_volume(layout), GcOptions(keep_last=1))
+    removed = [k.name for k in plan.remove_keys]
+    assert failed.dirname in removed and keys[2].dirname not in removed
 
 
 def test_monthly_cost_uses_runpod_tiers_or_a_flat_rate():

@@ -239,8 +239,11 @@ def _collect_staged(layout: VolumeLayout, key: str, ttl_s: float) -> None:
 
 
 def _sort_newest_first(keys: Iterable[KeyInfo], at: float) -> list[KeyInfo]:
+    """By last *successful* use: a key whose boots never reached ready is not "recently used" (a failed
+    boot touches the manifest too), so it sorts after every key that once served."""
+
     def age(k: KeyInfo) -> float:
-        a = _age_s(k.last_used, at)
+        a = _age_s(k.last_success, at)
         return a if a is not None else float("inf")
 
     return sorted(keys, key=lambda k: (age(k), k.name))
@@ -263,7 +266,7 @@ def plan_gc(
     if options.keep_last is not None:
         for k in ordered[: options.keep_last]:
             protected.add(k.name)
-            kept[k.name] = f"among the {options.keep_last} most recently used key(s)"
+            kept[k.name] = f"among the {options.keep_last} most recently used key(s) (last boot that reached ready)"
     selected: set[str] = set()
     selective = options.older_than_days is not None or options.max_bytes is not None
     if options.older_than_days is not None:

@@ -170,6 +170,8 @@ class KeyStore:
         if report.get("ready_s") is not None:
             manifest["last_ready_s"] = report["ready_s"]
             manifest["last_verdict"] = report.get("verdict")
+            if not report.get("error"):
+                manifest["last_success"] = manifest["last_used"]
         write_json_atomic(self.manifest_path, manifest)
 
 

@@ -85,6 +85,7 @@ class KeyInfo:
     verdicts: Mapping[str, int]  # cold / partial / warm / failed
     created: str | None
     last_used: str | None
+    last_success: str | None  # when the newest boot that reached ready started: what "recently used" means
     last_verdict: str | None
     last_ready_s: float | None
     last_miss_reason: tuple[str, ...]
@@ -111,6 +112,7 @@ class KeyInfo:
             "verdicts": dict(self.verdicts),
             "created": self.created,
             "last_used": self.last_used,
+            "last_success": self.last_success,
             "last_verdict": self.last_verdict,
             "last_ready_s": self.last_ready_s,
             "in_use": list(self.in_use),
@@ -255,6 +257,8 @@ def scan_key(
         verdicts=verdicts,
         created=manifest.get("created"),
         last_used=manifest.get("last_used") or last_report.get("started_at"),
+        # The manifest's (written with each boot that reached ready); older manifests: the report's start.
+        last_success=manifest.get("last_success") or (last_good or {}).get("started_at"),
         last_verdict=(last_good or {}).get("verdict") or manifest.get("last_verdict"),
         last_ready_s=(last_good or {}).get("ready_s"),
         last_miss_reason=tuple(last_report.get("miss_reason") or ()),
