@@ -240,8 +240,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     scan = scan_volume(_layout(args))
     if args.key:
         key = scan.key(args.key)
-    else:  # the key that booted last
-        key = max(scan.keys, key=lambda k: k.last_used or "", default=None)
+    else:  # the key that last booted to ready (a failed boot is not "last used"), else the last touched
+        key = max(scan.keys, key=lambda k: (k.last_success or "", k.last_used or ""), default=None)
     if key is None:
         log.error("timeline", "%s", f"no key {args.key} on the volume" if args.key else "no key on the volume")
         return EXIT_CONFIG

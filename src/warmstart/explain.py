@@ -138,7 +138,7 @@ class Explanation:
 def nearest_keys(factors: Mapping[str, Any], keys: tuple[KeyInfo, ...], limit: int = NEAREST) -> list[Nearest]:
     """Keys with the fewest differing factors (ties: the most recently used first)."""
     scored = [(k, factor_differences(k.factors, factors)) for k in keys if k.factors]
-    scored.sort(key=lambda s: s[0].last_used or "", reverse=True)
+    scored.sort(key=lambda s: (s[0].last_success or "", s[0].last_used or ""), reverse=True)
     scored.sort(key=lambda s: len(s[1]))  # stable: among equals, the most recently used first
     return [Nearest(k.name, differs, k.last_verdict) for k, differs in scored[:limit]]
 
@@ -292,15 +292,22 @@ def explain_boot(key: KeyInfo, boot: Mapping[str, Any]) -> Explanation:
 
 
 def last_boot(scan: VolumeScan, key_name: str | None) -> tuple[KeyInfo, Mapping[str, Any]] | None:
-    """The named key's last boot, or (None) the newest boot on the whole volume."""
-    best: tuple[str, KeyInfo, Mapping[str, Any]] | None = None
+    """The named key's last boot, or (None) the newest boot on the whole volume that reached ready
+    (a failed boot is not the volume's "last" use; with no good boot at all, the newest boot)."""
+    best: tuple[tuple[bool, str], KeyInfo, Mapping[str, Any]] | None = None
     for key in scan.keys:
         if key_name is not None and key.name != key_name:
             continue
         if not key.history:
             continue
         boot = key.history[-1]
-        stamp = str(boot.get("started_at") or "")
+        if key_name is None:
+            boot = next((b for b in reversed(key.history) if _reached_ready(b)), boot)
+        stamp = (key_name is None and _reached_ready(boot), str(boot.get("started_at") or ""))
         if best is None or stamp > best[0]:
             best = (stamp, key, boot)
     return (best[1], best[2]) if best else None
+
+
+def _reached_ready(boot: Mapping[str, Any]) -> bool:
+    return boot.get("ready_s") is not None and not boot.get("error")

@@ -182,6 +182,13 @@ def test_a_boot_that_never_reached_ready_is_failed_and_not_recent_use(volume3):
     plan = plan_gc(scan_volume(layout), GcOptions(keep_last=1))
     removed = [k.name for k in plan.remove_keys]
     assert failed.dirname in removed and keys[2].dirname not in removed
+    # explain --last and timeline look at the last boot that served, not the failed one.
+    found = explain.last_boot(scan_volume(layout), None)
+    assert found is not None and found[0].name != failed.dirname and found[1]["verdict"] is not None
+    page = layout.root.parent / "timeline.html"
+    made = run_cli("timeline", "--html", str(page), "--volume", str(layout.root))
+    assert made.returncode == 0, made.stderr
+    assert keys[2].dirname in page.read_text() and failed.dirname not in page.read_text()
 
 
 def test_monthly_cost_uses_runpod_tiers_or_a_flat_rate():
