@@ -95,7 +95,14 @@ def main(args: argparse.Namespace) -> int:
             log.info("serve", "%s", local_api_hint(rest))
 
         import runpod
+        from runpod.serverless.modules.rp_logger import RunPodLogger
 
+        # The SDK logs every job's input and output at DEBUG (rp_job.py "Handler output: ...",
+        # rp_scale.py; its default level is DEBUG, rp_logger.py): prompts and completions would land
+        # in the worker's log. Payloads are never logged, whatever RUNPOD_LOG_LEVEL or --rp_log_level ask.
+        level = quiet_runpod_level(RunPodLogger.level)
+        rest = drop_verbose_rp_log_level(rest)
+        RunPodLogger().set_level(level)
         sys.argv = [sys.argv[0], *rest]
         runpod.serverless.start(
             {
@@ -117,3 +124,28 @@ def main(args: argparse.Namespace) -> int:
                 upkeep.final()
             else:
                 boot.abort()
+
+
+_PAYLOAD_LEVELS = ("NOTSET", "TRACE", "DEBUG")  # runpod's levels at which job inputs/outputs are logged
+
+
+def quiet_runpod_level(requested: str) -> str:
+    """The runpod SDK's log level: the one asked for, raised to INFO where it would log job payloads."""
+    return "INFO" if str(requested).upper() in _PAYLOAD_LEVELS else str(requested).upper()
+
+
+def drop_verbose_rp_log_level(rest: list[str]) -> list[str]:
+    """`rest` without an `--rp_log_level` that would log job payloads (runpod applies it in start())."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(rest):
+        if skip:
+            skip = False
+            continue
+        if arg == "--rp_log_level" and i + 1 < len(rest) and rest[i + 1].upper() in _PAYLOAD_LEVELS:
+            skip = True
+            continue
+        if arg.startswith("--rp_log_level=") and arg.split("=", 1)[1].upper() in _PAYLOAD_LEVELS:
+            continue
+        out.append(arg)
+    return out
