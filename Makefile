@@ -56,8 +56,17 @@ TEST_WORKERS ?= 2
 test: install fuse chromium lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
+# The random-weight test model is written only under its own name: written under a real model's name
+# it would be served as that model.
+TEST_MODEL := warmstart/tiny-llama
 testmodel: $(VENV)/.installed
+ifeq ($(MODEL_NAME),$(TEST_MODEL))
 	$(VENV)/bin/warmstart-dev testmodel --volume $(RUNPOD_VOLUME_PATH) --name $(MODEL_NAME) > /dev/null
+else
+	@echo "make: MODEL_NAME=$(MODEL_NAME) is not the embedded test model ($(TEST_MODEL)): none written;" \
+		"the worker takes it from $(RUNPOD_VOLUME_PATH)/huggingface-cache/hub or downloads it" \
+		"(HF_TOKEN for a gated model; MODEL_NAME=/path/to/dir for a local directory)."
+endif
 
 # The worker, with Runpod's local API server on loopback (or, ENDPOINT_TYPE=load_balancer, its
 # HTTP front: vLLM's OpenAI routes and /ping). Ctrl-C stops it (and vLLM).
