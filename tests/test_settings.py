@@ -251,3 +251,30 @@ def test_the_volume_commands_read_the_volume_and_the_lease_ttl_as_the_settings_d
     assert read_one({"WARMSTART_LEASE_TTL_S": "60"}, "WARMSTART_LEASE_TTL_S") == 60.0
     with pytest.raises(SettingsError, match="WARMSTART_LEASE_TTL_S='soon': expected a number"):
         read_one({"WARMSTART_LEASE_TTL_S": "soon"}, "WARMSTART_LEASE_TTL_S")
+
+
+def test_unknown_extra_flag_or_bad_value_is_one_line_before_anything_starts():
+    assert problems(VLLM_EXTRA_ARGS="--max-model-length 256") == [
+        "VLLM_EXTRA_ARGS: --max-model-length is not a flag of vLLM's serve (did you mean --max-model-len?)"
+    ]
+    assert problems(VLLM_EXTRA_ARGS="--max-num-batched-tokens lots") == [
+        "VLLM_EXTRA_ARGS: --max-num-batched-tokens 'lots': vLLM expects int"
+    ]
+    # vLLM's flags in any spelling it accepts, booleans, negations and -O pass.
+    s = settings(VLLM_EXTRA_ARGS="--enable-expert-parallel --no-enable-prefix-caching --max_num_seqs 4 -O3")
+    assert "--enable-expert-parallel" in s.extra_args
+
+
+def test_bad_extra_args_exit_2_and_write_nothing_to_the_volume(tmp_path):
+    import subprocess
+
+    from helpers.run import WARMSTART
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MODEL_NAME": "org/model"}
+    env |= {"RUNPOD_VOLUME_PATH": str(volume), "VLLM_EXTRA_ARGS": "--no-such-flag 1"}
+    done = subprocess.run([WARMSTART, "boot"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--no-such-flag is not a flag of vLLM's serve" in done.stderr and "usage:" not in done.stderr
+    assert list(volume.iterdir()) == []

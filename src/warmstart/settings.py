@@ -33,6 +33,7 @@ from .log import StageWarning
 from .s3url import check_endpoint_url, parse_s3_url
 from .variables import ENGINE_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
+from .vllm.extraargs import extra_args_problems
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -303,6 +304,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     for name in flags(values["extra_args"]):
         if name in EXTRA_ARGS_REFUSED:
             problems.append(f"VLLM_EXTRA_ARGS: {name} is set by warmstart and cannot be overridden")
+    problems.extend(extra_args_problems(values["extra_args"]))
 
     for name in REMOVED_VARS:
         if _get(env, name) is not None:
