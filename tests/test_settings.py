@@ -278,3 +278,16 @@ def test_bad_extra_args_exit_2_and_write_nothing_to_the_volume(tmp_path):
     assert done.returncode == 2
     assert "--no-such-flag is not a flag of vLLM's serve" in done.stderr and "usage:" not in done.stderr
     assert list(volume.iterdir()) == []
+
+
+def test_a_near_miss_or_flag_like_variable_is_one_warning_with_the_likely_name():
+    s = settings(MAX_MODEL_LENGTH="256", ENABLE_EXPERT_PARALLEL="true", HOSTNAME="w1")
+    warned = [str(w) for w in s.warnings]
+    assert [w for w in warned if "MAX_MODEL_LENGTH" in w] == [
+        "MAX_MODEL_LENGTH is not read by warmstart and changes nothing: did you mean MAX_MODEL_LEN?"
+    ]
+    assert [w for w in warned if "ENABLE_EXPERT_PARALLEL" in w] == [
+        "ENABLE_EXPERT_PARALLEL is not read by warmstart and changes nothing: "
+        "for vLLM's --enable-expert-parallel, put it in VLLM_EXTRA_ARGS"
+    ]
+    assert not [w for w in warned if "HOSTNAME" in w or "MODEL_NAME" in w]

@@ -31,9 +31,9 @@ from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
 from .log import StageWarning
 from .s3url import check_endpoint_url, parse_s3_url
-from .variables import ENGINE_FLAGS, WRAPPER, Variable
+from .variables import BY_NAME, ENGINE_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
-from .vllm.extraargs import extra_args_problems
+from .vllm.extraargs import extra_args_problems, unknown_variable_warnings
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -306,6 +306,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             problems.append(f"VLLM_EXTRA_ARGS: {name} is set by warmstart and cannot be overridden")
     problems.extend(extra_args_problems(values["extra_args"]))
 
+    warnings.extend(unknown_variable_warnings(env, {*BY_NAME, *REMOVED_VARS}))
     for name in REMOVED_VARS:
         if _get(env, name) is not None:
             warnings.append(f"{name} is ignored: vLLM removed the flag it set")

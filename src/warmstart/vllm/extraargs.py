@@ -8,6 +8,8 @@ knows every flag and how its value is read, so the check is one line at settings
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Iterable
 
 from .argv import parse_argv
 from .flagtypes import FLAGS
@@ -48,3 +50,29 @@ def extra_args_problems(extra_args: tuple[str, ...]) -> list[str]:
                 except ValueError:
                     problems.append(f"VLLM_EXTRA_ARGS: {occurrence.written} {value!r}: vLLM expects {flag.kind}")
     return problems
+
+
+# Names that a container commonly has and that happen to spell a vLLM flag: no warning for them.
+_COMMON_ENV = frozenset({"PATH", "HOME", "HOST", "HOSTNAME", "PORT", "LANG", "USER", "SHELL", "PWD", "TERM"})
+_OTHER_TOOLS = ("VLLM_", "HF_", "RUNPOD_", "AWS_", "CUDA_", "NVIDIA_", "PYTHON", "LC_", "TORCH", "NCCL_", "OMP_")
+
+
+def unknown_variable_warnings(names: Iterable[str], known: Iterable[str]) -> list[str]:
+    """One line per variable warmstart does not read that is a near miss of one it reads
+    (MAX_MODEL_LENGTH -> MAX_MODEL_LEN) or spells a vLLM flag: set, it would change nothing."""
+    known = set(known)
+    out: list[str] = []
+    for name in sorted(names):
+        if name in known or name in _COMMON_ENV or not re.fullmatch(r"[A-Z][A-Z0-9_]+", name):
+            continue
+        if name.startswith(_OTHER_TOOLS):
+            continue
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        flag = "--" + name.lower().replace("_", "-")
+        if near:
+            out.append(f"{name} is not read by warmstart and changes nothing: did you mean {near[0]}?")
+        elif flag in FLAGS:
+            out.append(
+                f"{name} is not read by warmstart and changes nothing: for vLLM's {flag}, put it in VLLM_EXTRA_ARGS"
+            )
+    return out
