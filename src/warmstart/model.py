@@ -153,7 +153,8 @@ def resolve_commit(hub_cache: Path, repo_id: str, revision: str | None) -> str |
     if len(snapshots) > 1:
         snapshots.sort(key=lambda d: (d.stat().st_mtime, d.name))
         log.warning(
-            "warmstart | model    | %s: no refs/%s in %s and %d snapshots; taking the most recently written, %s "
+            "model",
+            "%s: no refs/%s in %s and %d snapshots; taking the most recently written, %s "
             "(set MODEL_REVISION to a commit to choose)",
             repo_id,
             rev,
