@@ -15,59 +15,20 @@ plus its historical aliases (`MODEL_NAME`, `BASE_PATH`, `HUGGING_FACE_HUB_TOKEN`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
+from .engineflags import ENGINE_FLAGS
 from .limits import LEASE_TTL_S, PUBLISH_DEADLINE_S, RESTORE_DEADLINE_S, RUNPOD_INIT_TIMEOUT_S
+from .varspec import (
+    BUNDLE_COMPRESSIONS,
+    CACHE_MODES,
+    DTYPES,
+    ENDPOINT_TYPES,
+    SEED_MODES,
+    WEIGHTS_PREFETCH_MODES,
+    Kind,
+    Variable,
+)
 
-Kind = Literal["int", "float", "fraction", "str", "json", "bool", "pair_bool", "choice", "path", "argv"]
-
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-# staged is the default: on the slow mock volume it read a GPU-sized cache 10-20x faster than
-# direct (docs/BENCHMARKS.md), and it is the mode that is safe with many workers at once.
-CACHE_MODES = ("staged", "direct")
-# zstd is the default: fewer bytes to read back, on the mock volume and through the S3 proxy alike
-# (docs/BENCHMARKS.md); none writes plain tar, which releases before compressed bundles read.
-BUNDLE_COMPRESSIONS = ("zstd", "none")
-WEIGHTS_PREFETCH_MODES = ("auto", "off")
-SEED_MODES = ("auto", "off")
-# Runpod's two kinds of Serverless endpoint: jobs through Runpod's queue (the Runpod SDK), or
-# HTTP straight to the worker (worker/front.py).
-ENDPOINT_TYPES = ("queue", "load_balancer")
-
-
-@dataclass(frozen=True)
-class Variable:
-    """One environment variable. Engine flags carry `flag`; wrapper settings carry `field`.
-
-    For engine flags, kind "bool" emits `--flag` when true and nothing when false (flags whose
-    vLLM default is False: `false` and unset are then one command line and one key), and
-    "pair_bool" emits `--flag` / `--no-flag` (vLLM's BooleanOptionalAction whose default is
-    None, decided later by vLLM: `--no-flag` is not the same as leaving it). `in_key` marks
-    flags that change what torch.compile, Inductor, Triton or the CUDA graphs produce.
-    `default` is the value used when the variable is unset (text, parsed like a set value);
-    `shown` is what the reference prints instead, where the default is not a plain value.
-    """
-
-    env: str
-    kind: Kind
-    doc: str
-    flag: str | None = None
-    in_key: bool = False
-    secret: bool = False
-    default: str | None = None
-    shown: str | None = None
-    choices: tuple[str, ...] = ()
-    field: str | None = None  # the Settings attribute it sets
-    alias_of: str | None = None  # an older name, read when the newer one is unset
-    minimum: float = 0
-    maximum: float | None = None
-    above_maximum: str = ""  # the problem line's reason when the value is above `maximum`
-    to_vllm: bool = False  # a wrapper variable that vLLM's environment still gets
-
-
-def _flag(env: str, flag: str, kind: Kind, in_key: bool, doc: str, choices: tuple[str, ...] = ()) -> Variable:
-    return Variable(env, kind, doc, flag=flag, in_key=in_key, choices=choices)
+__all__ = ["DTYPES", "ENGINE_FLAGS", "Kind", "Variable"]
 
 
 def _port(env: str, doc: str, **more: str) -> Variable:
@@ -370,79 +331,6 @@ WRAPPER: tuple[Variable, ...] = (
         shown="`AWS_REGION` / `AWS_DEFAULT_REGION`",
         field="s3_region",
     ),
-)
-
-ENGINE_FLAGS: tuple[Variable, ...] = (
-    # In the key: vLLM hashes them into its compile cache's name (VllmConfig.compute_hash, checked
-    # flag by flag against vLLM itself in tests/test_vllm_hash.py), so a change means a cold compile.
-    _flag("MAX_MODEL_LEN", "--max-model-len", "int", True, "context length in tokens"),
-    _flag("DTYPE", "--dtype", "choice", True, "weights and activations dtype", DTYPES),
-    _flag("KV_CACHE_DTYPE", "--kv-cache-dtype", "str", True, "KV cache dtype (`auto`, `fp8`, ...)"),
-    _flag("QUANTIZATION", "--quantization", "str", True, "quantization method (`awq`, `gptq`, `fp8`, ...)"),
-    _flag("MAX_NUM_SEQS", "--max-num-seqs", "int", True, "sequences per iteration"),
-    _flag("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens", "int", True, "tokens per iteration"),
-    _flag("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "int", True, "GPUs each layer is split over"),
-    _flag("PIPELINE_PARALLEL_SIZE", "--pipeline-parallel-size", "int", True, "pipeline stages"),
-    _flag("DATA_PARALLEL_SIZE", "--data-parallel-size", "int", True, "engine replicas"),
-    # "bool", not "pair_bool": vLLM's default is False, in 0.32 and 0.33 alike (engine/arg_utils.py
-    # EngineArgs: enforce_eager, enable_lora, trust_remote_code, skip_tokenizer_init, enable_log_requests;
-    # entrypoints/common/cli_args.py, launchers/ in 0.32: enable_auto_tool_choice), so `false` adds nothing.
-    _flag("ENFORCE_EAGER", "--enforce-eager", "bool", True, "no torch.compile and no CUDA graphs"),
-    _flag("COMPILATION_CONFIG", "--compilation-config", "json", True, "vLLM's compilation config, JSON"),
-    _flag("BLOCK_SIZE", "--block-size", "int", True, "tokens per KV cache block"),
-    # vLLM hashes its effect: off, max_num_batched_tokens defaults to max(max_model_len, default).
-    _flag(
-        "ENABLE_CHUNKED_PREFILL",
-        "--enable-chunked-prefill",
-        "pair_bool",
-        True,
-        "chunked prefill; changes the default `max_num_batched_tokens`, which vLLM hashes",
-    ),
-    _flag("ATTENTION_BACKEND", "--attention-backend", "str", True, "the attention kernels"),
-    _flag("ENABLE_LORA", "--enable-lora", "bool", True, "serve LoRA adapters"),
-    _flag("MAX_LORAS", "--max-loras", "int", True, "LoRA adapters in one batch"),
-    _flag("MAX_LORA_RANK", "--max-lora-rank", "int", True, "the largest LoRA rank"),
-    _flag("SPECULATIVE_CONFIG", "--speculative-config", "json", True, "speculative decoding config, JSON"),
-    # vLLM hashes its effects, not the flag (LoadConfig.compute_hash is empty; some formats
-    # change the model config, e.g. `maybe_untie_word_embeddings` in config/vllm.py).
-    _flag(
-        "LOAD_FORMAT",
-        "--load-format",
-        "str",
-        True,
-        "weights format; in the key because vLLM hashes its effects on the model config",
-    ),
-    _flag("HF_OVERRIDES", "--hf-overrides", "json", True, "overrides of the model's Hugging Face config, JSON"),
-    # ModelConfig fields that ModelConfig.compute_hash does not ignore (config/model.py).
-    _flag("TRUST_REMOTE_CODE", "--trust-remote-code", "bool", True, "run the model repo's own code"),
-    _flag("MAX_LOGPROBS", "--max-logprobs", "int", True, "most log-probabilities one request may ask for"),
-    # 0.33 hashes it for multimodal models (`factors["mm_limit_per_prompt"]`); 0.32 does not.
-    _flag(
-        "LIMIT_MM_PER_PROMPT",
-        "--limit-mm-per-prompt",
-        "json",
-        True,
-        "multimodal items per prompt, JSON; hashed by vLLM 0.33 for multimodal models",
-    ),
-    # Serving behaviour only: vLLM leaves them out of its hash, and so does the key.
-    _flag("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization", "fraction", False, "share of GPU memory vLLM may use"),
-    _flag("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes", "str", False, "KV cache size, instead of the share"),
-    _flag("ENABLE_PREFIX_CACHING", "--enable-prefix-caching", "pair_bool", False, "reuse KV cache across requests"),
-    _flag("SEED", "--seed", "int", False, "the sampling seed"),
-    _flag("TOKENIZER_NAME", "--tokenizer", "str", False, "a tokenizer other than the model's"),
-    _flag("TOKENIZER_REVISION", "--tokenizer-revision", "str", False, "the tokenizer's revision"),
-    _flag("TOKENIZER_MODE", "--tokenizer-mode", "str", False, "`auto`, `slow`, `mistral`, ..."),
-    _flag("SKIP_TOKENIZER_INIT", "--skip-tokenizer-init", "bool", False, "no tokenizer: token ids in and out"),
-    _flag("CUSTOM_CHAT_TEMPLATE", "--chat-template", "str", False, "a chat template, or a path to one"),
-    _flag("ENABLE_AUTO_TOOL_CHOICE", "--enable-auto-tool-choice", "bool", False, "let the model call tools"),
-    _flag("TOOL_CALL_PARSER", "--tool-call-parser", "str", False, "how tool calls are read from the output"),
-    _flag("REASONING_PARSER", "--reasoning-parser", "str", False, "how reasoning is read from the output"),
-    _flag("LORA_MODULES", "--lora-modules", "str", False, "LoRA adapters to serve (`name=path`)"),
-    _flag("MAX_PARALLEL_LOADING_WORKERS", "--max-parallel-loading-workers", "int", False, "weights loaded at once"),
-    _flag("DISTRIBUTED_EXECUTOR_BACKEND", "--distributed-executor-backend", "str", False, "`mp` or `ray`"),
-    _flag("DISABLE_LOG_STATS", "--disable-log-stats", "bool", False, "no periodic throughput lines"),
-    _flag("ENABLE_LOG_REQUESTS", "--enable-log-requests", "bool", False, "one log line per request"),
-    _flag("RESPONSE_ROLE", "--response-role", "str", False, "the role of generated chat messages"),
 )
 
 VARIABLES: tuple[Variable, ...] = WRAPPER + ENGINE_FLAGS
