@@ -58,7 +58,7 @@ def restore_tiers(
     publish writes all of it. `otherwise`: what the boot does when no tier has one, for the log."""
     if not _may_replace(dest, deadline_s):
         problem = f"the local cache {dest} is in use by another worker on this host: restore skipped, using it as it is"
-        log.warning("warmstart | restore  | %s", problem)
+        log.warning("restore", "%s", problem)
         return TierRestore(None, (problem,), {})
     try:
         return _restore_tiers(tiers, dest, reader=reader, ttl_s=ttl_s, deadline_s=deadline_s, otherwise=otherwise)
