@@ -85,12 +85,15 @@ def boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dict[st
     a = boot_and_complete(env(volume, "local-a", "256"), UNFIT)
     a_dir = Path(a["report"]["key_dir"])
     b_factors = reference["report"]["observed"]["key_factors"]
-    other_cpu = {**b_factors, "hardware": {**b_factors["hardware"], "capability": "avx2", "features": ["avx2"]}}
+    # Another capability than this machine's (the key records what the host has: avx2 here, avx512 elsewhere).
+    own = b_factors["hardware"]["capability"]
+    other = "avx512" if own == "avx2" else "avx2"
+    other_cpu = {**b_factors, "hardware": {**b_factors["hardware"], "capability": other, "features": [other]}}
     other_triton = {**b_factors, "engine": {**b_factors["engine"], "triton": "3.8.0"}}
     unfit_copy(a_dir, "tiny-llama--fake--cpu-x86_64-avx2--vllm-0.32.0--0000000001", other_cpu)
     unfit_copy(a_dir, "tiny-llama--fake--cpu-x86_64-avx512--vllm-0.32.0--0000000002", other_triton)
     b = boot_and_complete(env(volume, "local-b", "384"))
-    return {"reference": reference, "a": a, "b": b, "a_dir": a_dir}
+    return {"reference": reference, "a": a, "b": b, "a_dir": a_dir, "capabilities": (other, own)}
 
 
 def test_the_unfit_sibling_is_seeded_but_inductors_key_never_opens_its_entries(boots):
@@ -125,7 +128,7 @@ def test_siblings_of_another_cpu_capability_or_triton_build_are_refused(boots):
     seed = boots["b"]["plan"]["seed"]
     refused = {r["key"]: r["why"] for r in seed["refused"]}
     assert (
-        "hardware.capability differs: 'avx2' -> 'avx512'"
+        "hardware.capability differs: {!r} -> {!r}".format(*boots["capabilities"])
         in refused["tiny-llama--fake--cpu-x86_64-avx2--vllm-0.32.0--0000000001"]
     )
     assert "engine.triton" in refused["tiny-llama--fake--cpu-x86_64-avx512--vllm-0.32.0--0000000002"]
