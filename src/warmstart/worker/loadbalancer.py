@@ -39,7 +39,7 @@ from ..settings import Settings
 from ..store.history import BootHistory, KeyStore
 from .front import BOOT_REPORT, Engine, Front, FrontServer
 from .upkeep import ServingUpkeep
-from .watchdog import EngineWatchdog, init_timeout_warning
+from .watchdog import EngineWatchdog, init_timeout_warning, stop_serving
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -161,13 +161,5 @@ def serve_http(settings: Settings, redactor: Redactor, rest: list[str]) -> int:
         return 0
     finally:
         front.stop()
-        if watchdog is not None:
-            watchdog.stopping = True
-        if boot is not None:
-            log.info("serve", "stopping vLLM")
-            boot.stop()
-            if upkeep is not None:
-                upkeep.final()
-            else:
-                boot.abort()
+        stop_serving(boot, upkeep, watchdog)
         server.stop()

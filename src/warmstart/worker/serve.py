@@ -35,7 +35,7 @@ from ..settings import from_env
 from ..store.history import BootHistory, KeyStore
 from .handler import JobHandler, make_handler
 from .upkeep import ServingUpkeep
-from .watchdog import EngineWatchdog, init_timeout_warning
+from .watchdog import EngineWatchdog, init_timeout_warning, stop_serving
 
 
 def local_api_hint(rest: list[str]) -> str:
@@ -113,17 +113,7 @@ def main(args: argparse.Namespace) -> int:
         )
         return 0
     finally:
-        if watchdog is not None:
-            watchdog.stopping = True
-        if boot is not None:
-            log.info("serve", "stopping vLLM")
-            boot.stop()
-            if upkeep is not None:
-                # Kernels compiled while serving: publish them too. Shutdown is short, so the
-                # waits are too; a publish cut off by the kill leaves only temporaries.
-                upkeep.final()
-            else:
-                boot.abort()
+        stop_serving(boot, upkeep, watchdog)
 
 
 _PAYLOAD_LEVELS = ("NOTSET", "TRACE", "DEBUG")  # runpod's levels at which job inputs/outputs are logged
