@@ -323,7 +323,7 @@ def test_ignore_list_is_vllm_033s():
 def test_the_factor_diff_is_written_once_and_read_by_the_report_explain_and_the_siblings():
     from warmstart import explain
     from warmstart.key import factor_diff
-    from warmstart.report.layers import differing
+    from warmstart.report.miss import differing
 
     old = {"args": {"max_model_len": 256, "dtype": "auto"}, "vllm": "0.33.0", "capture": [1, 2]}
     new = {"args": {"max_model_len": 384, "dtype": "auto"}, "vllm": "0.33.0", "capture": [1, 2, 4], "extra": 1}

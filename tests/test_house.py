@@ -79,10 +79,10 @@ def test_the_cycle_finder_finds_a_circle_and_accepts_a_tree():
 
 def test_relative_imports_are_resolved():
     graph = import_graph()
-    # `from .key import ...` in plan.py, `from ..key import ...` in store/placement.py, `from . import layers`.
+    # `from .key import ...` in plan.py, `from ..key import ...` in store/placement.py, `from .statuses import ...`.
     assert "warmstart.key" in graph["warmstart.plan"]
     assert "warmstart.key" in graph["warmstart.store.placement"]
-    assert "warmstart.report.layers" in graph["warmstart.report.build"]
+    assert "warmstart.report.statuses" in graph["warmstart.report.build"]
 
 
 def test_no_import_cycle_in_the_package():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.run import FIXTURES, REPO
-from warmstart.report.layers import report_from_log
+from warmstart.report.fromlog import report_from_log
 
 
 @pytest.mark.parametrize(

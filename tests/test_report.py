@@ -9,8 +9,8 @@ from warmstart.key import CacheKey, EngineInfo, Hardware
 from warmstart.model import ResolvedModel
 from warmstart.plan import BootPlan
 from warmstart.redact import Redactor
-from warmstart.report.build import BootObservation, build_report, expectation
-from warmstart.report.layers import TreeScan
+from warmstart.report.build import build_report, expectation
+from warmstart.report.observation import BootObservation
 from warmstart.settings import from_env
 from warmstart.store.history import BootHistory
 from warmstart.store.layout import VolumeLayout
@@ -18,6 +18,7 @@ from warmstart.store.publish import PublishResult
 from warmstart.store.restore import RestoreResult
 from warmstart.store.tiers import TierPublish, TierRestore
 from warmstart.store.volume import StagedStore
+from warmstart.tree import TreeScan
 
 VOL = Path("/vol")
 KEY = CacheKey({"model": "org/m"}, "d" * 64, "m--dddd")

@@ -170,7 +170,8 @@ def test_sharded_model_files_index_every_tensor_once():
 
 
 def test_weights_block_counts_the_overlap_on_one_clock():
-    from warmstart.weights import WeightsPlan, describe, weights_block
+    from warmstart.report.weights import describe, weights_block
+    from warmstart.weights import WeightsPlan
 
     plan = WeightsPlan("/v/snap", "volume", "fuse", (("/v/a", 600), ("/v/b", 400)), 1000, "prefetch", "on the volume")
     reader = Prefetcher(plan)

@@ -19,11 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from warmstart.report.layers import BootReport
-from warmstart.store.backend import step, worker_id
-from warmstart.store.publish import PublishResult
-from warmstart.vllm.phases import LogEvidence
-
 from . import log
 from .engine.concurrency import fit_words
 from .engine.process import (
@@ -40,18 +35,24 @@ from .log import StageWarning
 from .model import link_model
 from .plan import BootPlan
 from .redact import Redactor
-from .report import layers as evidence
-from .report.build import BootObservation, build_report, expectation
+from .report.build import build_report, expectation
+from .report.miss import compile_hashes
+from .report.model import BootReport
+from .report.observation import BootObservation
+from .report.weights import weights_block
+from .store.backend import step, worker_id
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
 from .store.history import BootHistory, KeyStore, now_iso
 from .store.markers import write_boot_marker
-from .store.seed import SeedResult, SeedUse, seed_from, seed_lines, seed_use, sibling_opener
+from .store.publish import PublishResult
+from .store.seed import SeedResult, SeedUse, seed_from, seed_use, sibling_opener
 from .store.siblings import record_key
 from .store.tiers import TierPublish, TierRestore, publish_tiers, release_leases, restore_tiers
 from .tree import TreeScan, scan_tree
 from .vllm.logformats import markers_for
-from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch, weights_block
+from .vllm.phases import LogEvidence
+from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch
 
 
 def process_age() -> float:
@@ -301,8 +302,8 @@ class Boot:
         plan = self.plan
         after = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         hashes = {}
-        if self.expected == "hit" and self.history:  # read only to explain a miss (report.miss_reason)
-            hashes = evidence.compile_hashes(plan.cache_dirs.layer("vllm_compile"))
+        if self.expected == "hit" and self.history:  # read only to explain a miss (report/miss.py)
+            hashes = compile_hashes(plan.cache_dirs.layer("vllm_compile"))
         return BootObservation(
             boot_id=self.boot_id,
             started_at=self.started_at,
@@ -431,6 +432,6 @@ def run_boot(
 
 
 def emit_report(report: BootReport) -> None:
-    for line in [*report.lines(), *seed_lines(report.staged)]:
+    for line in report.lines():
         log.logger.info("%s", line)
     log.info("report", "json %s", report.to_json())

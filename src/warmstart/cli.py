@@ -68,7 +68,7 @@ def cmd_boot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report.layers import report_from_log
+    from .report.fromlog import report_from_log
 
     try:
         with open(args.logfile, encoding="utf-8", errors="replace") as handle:

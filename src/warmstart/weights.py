@@ -12,7 +12,7 @@ So warmstart reads the weight files itself, from the moment it starts vLLM: seve
 concurrent streams (network volumes scale with concurrency) of large reads, in the order
 vLLM loads them, into the kernel's page cache, where vLLM's mmap then finds them. Scan ->
 plan -> execute: `plan_prefetch` decides from the files' sizes and where they live
-(nothing is read), `Prefetcher` reads, and `weights_block` turns both into the boot
+(nothing is read), `Prefetcher` reads, and report/weights.py records both in the boot
 report's `weights` block. The plan never prefetches weights that are local (baked into
 the image, a local directory, no volume) or that were just downloaded (already in the
 page cache), and skips weights that do not fit in a share of available RAM: page cache
@@ -25,10 +25,10 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import log
 
@@ -36,6 +36,12 @@ from . import log
 # load_start / weights_loaded / model_loaded entries (vllm/logformats.py), every build's wording.
 from .vllm.logformats import LOAD_DONE as LOAD_DONE
 from .vllm.logformats import LOAD_START as LOAD_START
+
+# Where the snapshot's weights are: on the network volume, under the volume's path but on a local disk,
+# elsewhere on this machine (the image, a local directory), or just downloaded (in the page cache).
+WeightsSource = Literal["volume", "local-disk", "local", "downloaded"]
+PrefetchAction = Literal["prefetch", "skip"]
+PrefetchStatus = Literal["pending", "running", "done", "stopped", "failed"]
 
 STREAMS = 8  # concurrent readers; vLLM's own prefetch uses 8 threads, one file each
 BLOCK = 16 << 20  # bytes a stream takes at a time; vLLM's DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE
@@ -125,11 +131,11 @@ class WeightsPlan:
     """What the prefetch will do, decided before vLLM starts (nothing read yet)."""
 
     snapshot: str
-    source: str  # "volume", "local", "downloaded"
+    source: WeightsSource
     fs: str  # filesystem type of the snapshot's files
     files: tuple[tuple[str, int], ...]
     bytes: int
-    action: str  # "prefetch" or "skip"
+    action: PrefetchAction
     reason: str
     streams: int = STREAMS
     block: int = BLOCK
@@ -154,6 +160,7 @@ def plan_prefetch(
     alone (no file is listed), so a baked model's boot pays nothing."""
     on_volume = volume_root is not None and _is_under(snapshot, volume_root)
     kind = fs_type(snapshot) if on_volume else ""
+    source: WeightsSource
     if model_source == "downloaded":
         source = "downloaded"
     elif not on_volume:
@@ -212,7 +219,7 @@ class Prefetcher:
     started: float | None = None
     finished: float | None = None
     bytes_read: int = 0
-    status: str = "pending"  # pending, running, done, stopped, failed
+    status: PrefetchStatus = "pending"
     error: str | None = None
     stop_reason: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -308,6 +315,11 @@ class Prefetcher:
     def running(self) -> bool:
         return self.status == "running"
 
+    @property
+    def streams_used(self) -> int:
+        """The streams that read: no more than the plan's files have blocks."""
+        return min(self.plan.streams, len(self._blocks))
+
     def progress(self) -> int:
         with self._lock:
             return self.bytes_read
@@ -329,73 +341,3 @@ def start_prefetch(plan: WeightsPlan) -> Prefetcher:
         log.info("weights", "no prefetch: %s", plan.reason)
     prefetcher.start()
     return prefetcher
-
-
-def weights_block(
-    plan: WeightsPlan,
-    prefetcher: Prefetcher | None,
-    *,
-    engine_started: float | None,
-    load_start_t: float | None,
-    bytes_at_load_start: int | None,
-    phases: Mapping[str, float | None],
-) -> dict[str, Any]:
-    """The boot report's `weights` block. Times: seconds; `overlap_s` is the part of the
-    prefetch that ran before vLLM started loading (its bootstrap), on one monotonic clock."""
-    prefetch: dict[str, Any] = {"status": "skipped" if not plan.prefetch else "pending", "reason": plan.reason}
-    if prefetcher is not None and plan.prefetch and prefetcher.started is not None:
-        end = prefetcher.finished
-        seconds = None if end is None else round(end - prefetcher.started, 3)
-        overlap = None
-        if engine_started is not None:
-            load_at = engine_started + load_start_t if load_start_t is not None else None
-            stop_at = min(x for x in (end, load_at) if x is not None) if (end or load_at) else None
-            if stop_at is not None:
-                overlap = round(max(0.0, stop_at - max(prefetcher.started, engine_started)), 3)
-        prefetch = {
-            "status": prefetcher.status,
-            "reason": prefetcher.stop_reason or prefetcher.error or plan.reason,
-            "streams": min(plan.streams, len(prefetcher._blocks)),
-            "block_bytes": plan.block,
-            "bytes_read": prefetcher.bytes_read,
-            "seconds": seconds,
-            "mb_s": round(prefetcher.bytes_read / 1e6 / seconds, 1) if seconds else None,
-            "overlap_s": overlap,
-            "bytes_before_load": bytes_at_load_start,
-            "finished_before_load": (
-                None
-                if end is None or load_start_t is None or engine_started is None
-                else end <= engine_started + load_start_t
-            ),
-        }
-    return {
-        "bytes": plan.bytes,
-        "files": len(plan.files),
-        "source": plan.source,
-        "snapshot": plan.snapshot,
-        "fs": plan.fs,
-        "ram_available": plan.ram_available,
-        "prefetch": prefetch,
-        "vllm_bootstrap_s": phases.get("bootstrap"),
-        "vllm_weights_s": phases.get("weights"),
-    }
-
-
-def describe(block: Mapping[str, Any]) -> str:
-    """One readable line for the log and the report's summary."""
-    pre = block["prefetch"]
-    head = f"{block['bytes'] / 1e6:.1f} MB in {block['files']} file(s) from {block['source']} ({block['fs'] or '?'})"
-    if pre["status"] == "skipped":
-        text = f"{head}; no prefetch: {pre['reason']}"
-    else:
-        read = pre.get("bytes_read") or 0
-        text = f"{head}; prefetch {pre['status']}: {read / 1e6:.1f} MB"
-        if pre.get("seconds") is not None:
-            text += f" in {pre['seconds']:.1f} s ({pre.get('mb_s') or 0:.0f} MB/s, {pre.get('streams')} streams)"
-        if pre.get("overlap_s") is not None:
-            text += f", {pre['overlap_s']:.1f} s of it during vLLM's bootstrap"
-        if pre["status"] in ("stopped", "failed") and pre.get("reason"):
-            text += f" ({pre['reason']})"
-    weights = block.get("vllm_weights_s")
-    text += f"; vLLM's weights phase {weights:.1f} s" if weights is not None else "; vLLM's weights phase: no marker"
-    return text

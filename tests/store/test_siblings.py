@@ -20,6 +20,7 @@ from helpers.files import tree, write
 from helpers.run import MODEL_ID, base_env, run_warmstart
 from helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3_env
 from warmstart.explain import explain_current
+from warmstart.report.seeded import seeded_verdict
 from warmstart.s3url import parse_s3_url
 from warmstart.store.layout import VolumeLayout
 from warmstart.store.publish import publish
@@ -27,15 +28,7 @@ from warmstart.store.restore import restore
 from warmstart.store.s3 import S3Store
 from warmstart.store.s3client import make_client
 from warmstart.store.scan import scan_key, scan_volume
-from warmstart.store.seed import (
-    SeedResult,
-    SeedUse,
-    atimes_updated,
-    seed_from,
-    seed_use,
-    seeded_verdict,
-    sibling_opener,
-)
+from warmstart.store.seed import SeedResult, SeedUse, atimes_updated, seed_from, seed_use, sibling_opener
 from warmstart.store.siblings import (
     NOT_SEEDED,
     SHAREABLE,

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.run import FIXTURES
 from helpers.vllm_sources import wheel
-from warmstart.report.layers import report_from_log
+from warmstart.report.fromlog import report_from_log
 from warmstart.vllm.cudagraphs import capture_summary, config_sizes
 from warmstart.vllm.logformats import markers_for
 from warmstart.vllm.phases import LogEvidence

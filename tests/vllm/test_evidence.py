@@ -8,10 +8,12 @@ import pytest
 
 from helpers import gpulogs
 from helpers.run import FIXTURES, run_warmstart
-from warmstart.report import layers as evidence
-from warmstart.report.layers import CacheLayer, decide_verdict, report_from_log
+from warmstart.report.fromlog import report_from_log
+from warmstart.report.miss import explain_miss
+from warmstart.report.model import CacheLayer
+from warmstart.report.statuses import decide_verdict, layer_statuses
 from warmstart.tree import TreeScan
-from warmstart.vllm.phases import LogEvidence
+from warmstart.vllm.phases import LogEvidence, compute_phases
 
 
 def log_report(name: str):
@@ -118,7 +120,7 @@ def test_phase_overlap_goes_to_the_directly_timed_phase():
     ev.feed("Model loading took 1.0 GiB memory and 5.000000 seconds", 15.0)
     ev.feed("[backbone] torch.compile took 8.00 s in total", 21.0)  # 13.0 -> 21.0 overlaps 13 -> 15
     ev.feed("init engine (profile, create kv cache, warmup model) took 9.00 s (compilation: 8.00 s)", 24.0)
-    phases = evidence.compute_phases(ev, ready_t=25.0)
+    phases = compute_phases(ev, ready_t=25.0)
     assert phases["compile"] == 8.0
     assert phases["weights"] == 3.0
     assert phases["kv_cache"] == 3.0  # 21 -> 24
@@ -158,7 +160,7 @@ def test_precise_times_beat_reported_figures_live():
     ev = LogEvidence(precise=True)
     ev.feed("Starting to load model /m...", 10.0)
     ev.feed("Loading weights took 0.01 seconds", 10.5)
-    assert evidence.compute_phases(ev, ready_t=None)["weights"] == 0.5
+    assert compute_phases(ev, ready_t=None)["weights"] == 0.5
 
 
 def scan(**files: int) -> TreeScan:
@@ -168,7 +170,7 @@ def scan(**files: int) -> TreeScan:
 def test_layer_status_from_directories():
     before = {"inductor": scan(), "triton": scan(a=10), "cuda": scan(), "vllm_compile": scan()}
     after = {"inductor": scan(k=100, j=50), "triton": scan(a=10), "cuda": scan(), "vllm_compile": scan()}
-    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    layers = layer_statuses(LogEvidence(), before, after)
     assert layers["inductor"].status == "miss"
     assert (layers["inductor"].files_added, layers["inductor"].bytes_added) == (2, 150)
     assert layers["triton"].status == "hit"
@@ -181,7 +183,7 @@ def test_log_markers_beat_directories_for_vllm_compile():
     ev.feed("[backbone] Compiling model again due to a load failure from /p, reason: broken pickle", 1.0)
     before = {"vllm_compile": TreeScan("/x", {"torch_compile_cache/h/rank_0_0/model": (5, 1)})}
     after = {"vllm_compile": TreeScan("/x", {"torch_compile_cache/h/rank_0_0/model": (6, 2)})}
-    layer = evidence.layer_statuses(ev, before, after)["vllm_compile"]
+    layer = layer_statuses(ev, before, after)["vllm_compile"]
     assert layer.status == "load_failed"
     assert layer.detail.endswith("broken pickle")
 
@@ -206,11 +208,11 @@ def test_verdicts(statuses, verdict):
 def test_miss_explanation_names_the_factor():
     last_good = {"started_at": "t0", "observed": {"vllm_env": {"VLLM_FOO": "1"}, "engine_argv": ["--a"]}}
     now = {"vllm_env": {"VLLM_FOO": "2"}, "engine_argv": ["--a"]}
-    reasons = evidence.explain_miss(last_good, now, {}, {})
+    reasons = explain_miss(last_good, now, {}, {})
     assert reasons == ["recorded factor differs from the last good boot (t0): vllm_env.VLLM_FOO: '1' -> '2'"]
-    same = evidence.explain_miss(last_good, last_good["observed"], {}, {})
+    same = explain_miss(last_good, last_good["observed"], {}, {})
     assert "no recorded factor differs" in same[0]
-    hashes = evidence.explain_miss(
+    hashes = explain_miss(
         last_good,
         last_good["observed"],
         {"aaa": {"env": {"HOME": "/a"}}, "bbb": {"env": {"HOME": "/b"}}},
@@ -239,7 +241,7 @@ def test_vllm_cache_root_is_reported_per_cache():
         "vllm_compile": scan(**{"modelinfos/llama.json": 899, "startup_plan/startup_plan_ab.json": 120, "x.json": 5}),
         "inductor": scan(k=100),
     }
-    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    layers = layer_statuses(LogEvidence(), before, after)
     assert layers["vllm_compile"].status == "unused"
     assert (layers["modelinfos"].status, layers["modelinfos"].bytes_added) == ("miss", 899)
     assert layers["startup_plan"].status == "miss"
@@ -260,7 +262,7 @@ def test_inductor_layer_on_gpu_says_where_its_files_went():
         "vllm_compile": scan(**{aot + "inductor_cache/fx/a.py": 10, aot + "rank_0_0/model": 5}),
         "inductor": scan(),
     }
-    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    layers = layer_statuses(LogEvidence(), before, after)
     assert layers["inductor"].status == "unused"
     assert "1 Inductor files are counted in vllm_compile" in layers["inductor"].detail
     assert layers["vllm_compile"].status == "miss"
@@ -286,7 +288,7 @@ def test_inductor_layer_on_gpu_says_where_its_files_went():
 def test_startup_plan_status_from_its_lines(line, status):
     ev = LogEvidence()
     ev.feed(line, 1.0)
-    layer = evidence.layer_statuses(ev, {"vllm_compile": scan()}, {"vllm_compile": scan()})["startup_plan"]
+    layer = layer_statuses(ev, {"vllm_compile": scan()}, {"vllm_compile": scan()})["startup_plan"]
     assert layer.status == status
 
 
@@ -295,7 +297,7 @@ def test_jit_caches_outside_vllm_are_layers_listed_when_used():
     one that nothing touched is left out of the report rather than listed as unused."""
     before = {"cute_dsl": scan(), "tilelang": scan(), "triton": scan()}
     after = {"cute_dsl": scan(**{"cutlass_python_cache/k.mlirbc": 40}), "tilelang": scan(), "triton": scan()}
-    layers = evidence.layer_statuses(LogEvidence(), before, after)
+    layers = layer_statuses(LogEvidence(), before, after)
     assert layers["cute_dsl"].status == "miss"
     assert "tilelang" not in layers
     assert layers["triton"].status == "unused"  # a core layer is listed even when unused

@@ -16,7 +16,7 @@ from itertools import pairwise
 import pytest
 
 from helpers.run import FIXTURES
-from warmstart.report.layers import report_from_log
+from warmstart.report.fromlog import report_from_log
 from warmstart.vllm.logformats import HINTS, WORK_BEGINS
 from warmstart.vllm.logread import compile_off_in_config, compile_outside_log
 from warmstart.vllm.phases import LogEvidence

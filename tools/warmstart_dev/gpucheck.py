@@ -49,7 +49,7 @@ from warmstart.hardware import (
     run_smi,
     smi_selection,
 )
-from warmstart.report.layers import layer_statuses
+from warmstart.report.statuses import layer_statuses
 from warmstart.store.layout import CacheDirs
 from warmstart.tree import TreeScan, scan_tree
 from warmstart.vllm.phases import LogEvidence

@@ -1,17 +1,17 @@
-"""The boot report: a pure function of the plan and of what the boot observed.
+"""The boot report's builder: a pure function of the plan and of what the boot observed.
 
-`Boot` collects a `BootObservation` (the log evidence, the caches before and after, what the tiers
-gave, when vLLM served, its command line and environment, the weights prefetch, the error) and
-`build_report` turns it with the plan into the BootReport: per-layer statuses, the verdict, the
-warnings, why a boot that should have hit missed. Nothing here reads the disk or the clock, so a
+`Boot` collects a `BootObservation` (report/observation.py: the log evidence, the caches before and
+after, what the tiers gave, when vLLM served, its command line and environment, the weights prefetch,
+the error) and `build_report` turns it with the plan into the BootReport: per-layer statuses and the
+verdict (statuses.py, seeded.py), the staged block (staged.py), the warnings, why a boot that should
+have hit missed (miss.py). Nothing here reads the disk or the clock, so a
 report can be rebuilt and tested from plain values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from ..engine.process import engine_environment
@@ -21,45 +21,20 @@ from ..model import ResolvedModel
 from ..plan import BootPlan, model_summary
 from ..redact import Redactor
 from ..store.history import BootHistory
-from ..store.publish import PublishResult
-from ..store.seed import SeedResult, SeedUse, seeded_block, seeded_caches, seeded_verdict
-from ..store.tiers import TierPublish, TierRestore
-from ..tree import TreeScan
+from ..store.tiers import TierRestore
 from ..vllm.argv import VOLATILE_FLAGS, without_flags
 from ..vllm.cudagraphs import capture_summary
-from ..vllm.phases import LogEvidence
-from . import layers as evidence
-from .layers import BootReport, CacheLayer
+from ..vllm.logread import log_warnings
+from ..vllm.phases import compute_phases, phase_details
+from .miss import miss_reason
+from .model import BootReport, CacheLayer, Expectation
+from .observation import BootObservation
+from .seeded import seeded_block, seeded_caches, seeded_verdict
+from .staged import publish_seconds, restore_seconds, staged_layer_counts, staged_summary
+from .statuses import decide_verdict, layer_statuses
 
 
-@dataclass(frozen=True)
-class BootObservation:
-    """What one boot saw, from its start to its report."""
-
-    boot_id: str
-    started_at: str
-    environ: Mapping[str, str]  # the wrapper's own environment (vLLM's is built on top of it)
-    model_arg: Path  # the model path vLLM was given
-    evidence: LogEvidence = field(default_factory=LogEvidence)
-    before: Mapping[str, TreeScan] = field(default_factory=dict)  # each cache layer before vLLM started
-    after: Mapping[str, TreeScan] = field(default_factory=dict)  # and at the report
-    history: BootHistory | None = None  # the key's earlier boots
-    store_warnings: tuple[str, ...] = ()  # the key's records on the volume
-    warnings: tuple[str, ...] = ()  # the boot's own, beside the plan's (the model link)
-    restored: TierRestore | None = None  # staged: what restoring from the tiers gave
-    published: TierPublish | None = None  # staged: the latest publish to each tier
-    ready_s: float | None = None  # since the boot began (resolve and restore included)
-    engine_ready_t: float | None = None  # since vLLM was started: the clock of the log markers
-    argv: tuple[str, ...] = ()  # vLLM's command line (empty: not started)
-    engine_env: Mapping[str, str] = field(default_factory=dict)  # vLLM's environment (empty: not started)
-    weights: Mapping[str, Any] | None = None  # weights_block without vLLM's phases (build_report adds them)
-    compile_hashes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # read when a hit was expected
-    error: str | None = None
-    seeded: SeedResult | None = None  # staged: what a sibling key seeded (no generation of its own restored)
-    seed_use: Mapping[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
-
-
-def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> str | None:
+def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> Expectation | None:
     """hit if the caches should hold this key's artifacts: an earlier boot completed (direct)
     or a generation was restored (staged)."""
     if plan.restore_order:
@@ -67,72 +42,13 @@ def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHisto
     return history.expected if history else None
 
 
-def restore_seconds(restored: TierRestore | None, seeded: SeedResult | None = None) -> float | None:
-    r = restored.result if restored else None
-    seed = seeded.result.seconds if seeded is not None and seeded.result is not None else 0.0
-    return round(r.seconds + seed, 3) if r else None
-
-
-def publish_seconds(published: TierPublish | None) -> float | None:
-    p = published.first if published else None
-    return round(p.seconds, 3) if p else None
-
-
-def staged_layer_counts(restored: TierRestore | None, published: TierPublish | None) -> dict[str, dict[str, int]]:
-    """Per layer: files and bytes restored from and published to the volume (staged)."""
-    counts: dict[str, dict[str, int]] = {}
-    pairs = ((restored.result if restored else None, "restored"), (published.first if published else None, "published"))
-    for result, prefix in pairs:
-        for layer, (files, size) in (result.per_layer if result else {}).items():
-            counts.setdefault(layer, {}).update({f"{prefix}_files": files, f"{prefix}_bytes": size})
-    return counts
-
-
-def staged_summary(
-    plan: BootPlan, restored: TierRestore | None, published: TierPublish | None
-) -> dict[str, Any] | None:
-    """The report's `staged` block: where generations came from and went to."""
-    if not plan.restore_order:
-        return None
-    r = restored.result if restored else None
-    summary: dict[str, Any] = {
-        "store": plan.tiers[0].location if plan.tiers else None,  # the nearest published to
-        "local": str(plan.cache_dirs.base),
-        "generation_restored": r.generation if r else None,
-        "restored_from": r.source if r is not None and r.restored else None,
-        "restore_problems": list(restored.problems if restored else ()),
-        "publish": publish_summary(published.first if published else None),
-    }
-    if plan.image is not None:  # read-only: restored from, never published to
-        summary["image"] = {"store": plan.image.location}
-    if plan.s3 is not None:
-        summary["s3"] = {
-            "store": plan.s3.location,
-            "publish": publish_summary(published.of(plan.s3.kind) if published else None),
-        }
-    return summary
-
-
 def with_seed(
     staged: dict[str, Any] | None, obs: BootObservation, caches: Mapping[str, CacheLayer], compile_s: float | None
 ) -> dict[str, Any] | None:
-    """The `staged` block, with `seeded` (store/seed.py seeded_block) when a sibling seeded the caches."""
+    """The `staged` block, with `seeded` (report/seeded.py) when a sibling seeded the caches."""
     if staged is not None and obs.seeded is not None:
         staged["seeded"] = seeded_block(obs.seeded, obs.seed_use, caches, compile_s)
     return staged
-
-
-def publish_summary(p: PublishResult | None) -> dict[str, Any] | None:
-    if p is None:
-        return None
-    return {
-        "status": p.status,
-        "generation": p.generation,
-        "files": p.files,
-        "bytes": p.bytes,
-        "seconds": round(p.seconds, 3),
-        "detail": p.detail,
-    }
 
 
 def observed(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> dict[str, Any]:
@@ -180,45 +96,27 @@ def report_warnings(plan: BootPlan, obs: BootObservation) -> list[str]:
     warnings += obs.store_warnings
     for scan in obs.after.values():
         warnings += list(scan.warnings[:3])
-    warnings += evidence.log_warnings(obs.evidence)
+    warnings += log_warnings(obs.evidence)
     return warnings
-
-
-def _hash_existed_before(before: Mapping[str, TreeScan], name: str) -> bool:
-    prefix = f"{evidence.COMPILE_SUBDIR}/{name.removeprefix('aot:')}"
-    if name.startswith("aot:"):
-        prefix = f"{evidence.COMPILE_SUBDIR}/torch_aot_compile/{name.removeprefix('aot:')}"
-    return any(path.startswith(prefix) for path in before.get("vllm_compile", TreeScan("", {})).files)
-
-
-def miss_reason(
-    obs: BootObservation, caches: Mapping[str, CacheLayer], expect: str | None, seen: Mapping[str, Any]
-) -> list[str]:
-    """Why a boot that should have hit the compile cache missed it (empty unless it did)."""
-    primary = caches.get(evidence.primary_compile_layer(caches))
-    if expect != "hit" or primary is None or primary.status not in ("miss", "load_failed") or not obs.history:
-        return []
-    old_hashes = {k: v for k, v in obs.compile_hashes.items() if _hash_existed_before(obs.before, k)}
-    return evidence.explain_miss(obs.history.last_good() or {}, seen, obs.compile_hashes, old_hashes)
 
 
 def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> BootReport:
     """Decide the layers' statuses, the verdict, the warnings and the miss reason; `redactor`
     masks secrets in every text that comes from outside warmstart."""
-    caches = evidence.layer_statuses(obs.evidence, obs.before, obs.after)
+    caches = layer_statuses(obs.evidence, obs.before, obs.after)
     for name, extra in staged_layer_counts(obs.restored, obs.published).items():
         if name in caches:
             caches[name] = replace(caches[name], **extra)
     caches["hf_weights"] = hf_weights_layer(plan.model)
-    verdict = evidence.decide_verdict(caches) if obs.error is None else None
-    if obs.seeded is not None:  # store/seed.py: where the seeded layers came from, and `partial` if used
+    verdict = decide_verdict(caches) if obs.error is None else None
+    if obs.seeded is not None:  # report/seeded.py: where the seeded layers came from, and `partial` if used
         caches = seeded_caches(caches, obs.seeded, obs.seed_use)
         verdict = seeded_verdict(verdict, obs.seeded, obs.seed_use)
     expect = expectation(plan, obs.restored, obs.history)
     seen = observed(plan, obs, redactor)
     warnings = report_warnings(plan, obs)
     reasons = miss_reason(obs, caches, expect, seen)
-    phases = evidence.compute_phases(
+    phases = compute_phases(
         obs.evidence,
         ready_t=obs.engine_ready_t,
         resolve_s=round(plan.resolve_s, 3),
@@ -248,7 +146,7 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         observed=seen,
         error=redactor.text(obs.error) if obs.error else None,
         staged=with_seed(staged_summary(plan, obs.restored, obs.published), obs, caches, phases.get("compile")),
-        phase_detail=evidence.phase_details(obs.evidence),
+        phase_detail=phase_details(obs.evidence),
         weights=weights,
         cudagraphs=capture_summary(obs.evidence),
     )

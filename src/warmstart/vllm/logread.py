@@ -3,7 +3,7 @@
 Also what vLLM said that the next boot will pay for (log_warnings).
 
 A pasted log is often a fragment, cut by the terminal or written by a release whose wording no
-table holds. evidence.py's status functions decide from the markers they know; where those say
+table holds. report/statuses.py's status functions decide from the markers they know; where those say
 nothing, these functions look at what else the log holds, so that a report never claims "no
 lines about the compile cache" for a log that has them: the status is `unknown`, with the reason.
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import log
 from ..boot import Boot
-from ..report.build import publish_seconds, staged_layer_counts, staged_summary
+from ..report.staged import publish_seconds, staged_layer_counts, staged_summary
 from ..store.bundle import is_temporary, layer_of
 from ..store.markers import write_boot_marker
 from ..store.tiers import release_leases

@@ -1,0 +1,84 @@
+"""The boot report's `weights` block: what the weights prefetch (warmstart/weights.py) planned and did,
+set against when vLLM started loading, and its line in the report's text.
+
+The prefetch does the work; this only records it. Times are seconds on the monotonic clock the
+prefetch and vLLM's start share, so `overlap_s` (the part of the prefetch that ran during vLLM's
+bootstrap) is a difference of two readings of one clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..weights import Prefetcher, WeightsPlan
+
+
+def weights_block(
+    plan: WeightsPlan,
+    prefetcher: Prefetcher | None,
+    *,
+    engine_started: float | None,
+    load_start_t: float | None,
+    bytes_at_load_start: int | None,
+    phases: Mapping[str, float | None],
+) -> dict[str, Any]:
+    """The boot report's `weights` block. Times: seconds; `overlap_s` is the part of the
+    prefetch that ran before vLLM started loading (its bootstrap), on one monotonic clock."""
+    prefetch: dict[str, Any] = {"status": "skipped" if not plan.prefetch else "pending", "reason": plan.reason}
+    if prefetcher is not None and plan.prefetch and prefetcher.started is not None:
+        end = prefetcher.finished
+        seconds = None if end is None else round(end - prefetcher.started, 3)
+        overlap = None
+        if engine_started is not None:
+            load_at = engine_started + load_start_t if load_start_t is not None else None
+            stop_at = min(x for x in (end, load_at) if x is not None) if (end or load_at) else None
+            if stop_at is not None:
+                overlap = round(max(0.0, stop_at - max(prefetcher.started, engine_started)), 3)
+        prefetch = {
+            "status": prefetcher.status,
+            "reason": prefetcher.stop_reason or prefetcher.error or plan.reason,
+            "streams": prefetcher.streams_used,
+            "block_bytes": plan.block,
+            "bytes_read": prefetcher.bytes_read,
+            "seconds": seconds,
+            "mb_s": round(prefetcher.bytes_read / 1e6 / seconds, 1) if seconds else None,
+            "overlap_s": overlap,
+            "bytes_before_load": bytes_at_load_start,
+            "finished_before_load": (
+                None
+                if end is None or load_start_t is None or engine_started is None
+                else end <= engine_started + load_start_t
+            ),
+        }
+    return {
+        "bytes": plan.bytes,
+        "files": len(plan.files),
+        "source": plan.source,
+        "snapshot": plan.snapshot,
+        "fs": plan.fs,
+        "ram_available": plan.ram_available,
+        "prefetch": prefetch,
+        "vllm_bootstrap_s": phases.get("bootstrap"),
+        "vllm_weights_s": phases.get("weights"),
+    }
+
+
+def describe(block: Mapping[str, Any]) -> str:
+    """One readable line for the log and the report's summary."""
+    pre = block["prefetch"]
+    head = f"{block['bytes'] / 1e6:.1f} MB in {block['files']} file(s) from {block['source']} ({block['fs'] or '?'})"
+    if pre["status"] == "skipped":
+        text = f"{head}; no prefetch: {pre['reason']}"
+    else:
+        read = pre.get("bytes_read") or 0
+        text = f"{head}; prefetch {pre['status']}: {read / 1e6:.1f} MB"
+        if pre.get("seconds") is not None:
+            text += f" in {pre['seconds']:.1f} s ({pre.get('mb_s') or 0:.0f} MB/s, {pre.get('streams')} streams)"
+        if pre.get("overlap_s") is not None:
+            text += f", {pre['overlap_s']:.1f} s of it during vLLM's bootstrap"
+        if pre["status"] in ("stopped", "failed") and pre.get("reason"):
+            text += f" ({pre['reason']})"
+    weights = block.get("vllm_weights_s")
+    text += f"; vLLM's weights phase {weights:.1f} s" if weights is not None else "; vLLM's weights phase: no marker"
+    return text
