@@ -10,6 +10,7 @@ from warmstart.model import ResolvedModel
 from warmstart.plan import BootPlan
 from warmstart.redact import Redactor
 from warmstart.report.build import build_report, expectation
+from warmstart.report.model import BootReport, CacheLayer
 from warmstart.report.observation import BootObservation
 from warmstart.settings import from_env
 from warmstart.store.history import BootHistory
@@ -127,7 +128,12 @@ def test_the_background_publish_updates_the_served_report():
         return result
 
     boot.publish = publish  # type: ignore[method-assign]
-    report = {"phases": {"publish": None}, "caches": {"vllm_compile": {"status": "miss"}}, "staged": None}
-    assert ServingUpkeep(boot, report, interval_s=60).publish_if_changed(force=True)
-    assert report["staged"]["publish"]["generation"] == 1 and report["phases"]["publish"] == 1.5
-    assert report["caches"]["vllm_compile"] == {"status": "miss", "published_files": 2, "published_bytes": 200}
+    report = BootReport(None, None, None, None, None, {"publish": None}, {"vllm_compile": CacheLayer("miss")}, None)
+    keeper = ServingUpkeep(boot, report, interval_s=60)
+    assert keeper.publish_if_changed(force=True)
+    served = keeper.served_report()
+    assert served["staged"]["publish"]["generation"] == 1 and served["phases"]["publish"] == 1.5
+    layer = served["caches"]["vllm_compile"]
+    assert (layer["status"], layer["published_files"], layer["published_bytes"]) == ("miss", 2, 200)
+    assert keeper.report.caches["vllm_compile"] == CacheLayer("miss", published_files=2, published_bytes=200)
+    assert report.staged is None and report.caches["vllm_compile"].published_files == 0, "a new report, not a patch"

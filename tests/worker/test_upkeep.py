@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from helpers.files import write
+from warmstart.report.model import BootReport
 from warmstart.worker.upkeep import JIT_SETTLE_S, ServingUpkeep, cache_snapshot, changed
 
 JIT = (
@@ -26,11 +27,14 @@ class Clock:
         return self.now
 
 
-def upkeep(interval_s: float = 60.0) -> tuple[ServingUpkeep, dict, Clock]:
+def served_report() -> BootReport:
+    return BootReport(None, None, None, None, None, {}, {}, None)
+
+
+def upkeep(interval_s: float = 60.0) -> tuple[ServingUpkeep, Clock]:
     clock = Clock()
     boot = SimpleNamespace(plan=SimpleNamespace(tiers=("volume",)), published=None)
-    report: dict = {"compiled_while_serving": None, "compiled_kernels": []}
-    return ServingUpkeep(boot, report, interval_s=interval_s, clock=clock), report, clock  # type: ignore[arg-type]
+    return ServingUpkeep(boot, served_report(), interval_s=interval_s, clock=clock), clock  # type: ignore[arg-type]
 
 
 def test_new_or_rewritten_files_count_removed_ones_do_not():
@@ -55,17 +59,19 @@ def test_a_writers_temporary_file_is_not_new_a_publish_would_not_take_it(tmp_pat
 
 
 def test_a_jit_warning_is_counted_and_brings_the_next_look_forward():
-    keeper, report, _ = upkeep()
+    keeper, _ = upkeep()
     keeper.on_line("INFO unrelated line")
-    assert report["compiled_while_serving"] is None
+    assert keeper.served_report()["compiled_while_serving"] is None
     assert keeper._next_look() == 60.0
     keeper.on_line(JIT)
-    assert report["compiled_while_serving"] == 1 and report["compiled_kernels"] == ["_fwd_kernel_stage1"]
+    served = keeper.served_report()
+    assert served["compiled_while_serving"] == 1 and served["compiled_kernels"] == ["_fwd_kernel_stage1"]
+    assert keeper.report.compiled_kernels == ("_fwd_kernel_stage1",)
     assert keeper._next_look() == JIT_SETTLE_S
 
 
 def test_never_two_publishes_closer_than_the_interval():
-    keeper, _, clock = upkeep()
+    keeper, clock = upkeep()
     keeper._last_publish = clock.now - 10.0
     keeper.on_line(JIT)
     assert keeper._next_look() == 50.0  # the interval since the last publish, not the 2 s settle
@@ -75,7 +81,7 @@ def test_never_two_publishes_closer_than_the_interval():
 
 
 def test_off_publishes_nothing_but_still_renews_the_marker():
-    keeper, _, _ = upkeep(interval_s=0)
+    keeper, _ = upkeep(interval_s=0)
     keeper.on_line(JIT)
     assert keeper._next_look() == keeper.renew_s > 0
     assert not keeper._publish_allowed()

@@ -19,6 +19,7 @@ from warmstart.key import CacheKey, EngineInfo, Hardware
 from warmstart.model import ResolvedModel
 from warmstart.plan import BootPlan
 from warmstart.redact import Redactor
+from warmstart.report.model import BootReport
 from warmstart.settings import from_env
 from warmstart.store.layout import VolumeLayout
 from warmstart.store.markers import live_boot_keys
@@ -54,8 +55,8 @@ def real_boot(tmp_path: Path, **env: str) -> Boot:
     return Boot(plan, Redactor(), restored=TierRestore())
 
 
-def served_report() -> dict:
-    return {"phases": {"publish": None}, "caches": {}, "staged": None}
+def served_report() -> BootReport:
+    return BootReport(None, None, None, None, None, {"publish": None}, {}, None)
 
 
 HOLDER = """

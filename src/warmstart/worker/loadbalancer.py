@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 from .. import log
 from ..boot import Boot, exit_on_signals, run_boot
@@ -136,15 +135,14 @@ def serve_http(settings: Settings, redactor: Redactor, rest: list[str]) -> int:
             log.warning("timeout", "%s", warning)
 
         assert boot.engine is not None
-        report_dict: dict[str, Any] = report.to_dict()
-        upkeep = ServingUpkeep(boot, report_dict, interval_s=settings.serve_publish_s)
+        upkeep = ServingUpkeep(boot, report, interval_s=settings.serve_publish_s)
         boot.on_serving_line = upkeep.on_line
         upkeep.start()  # the first publish, right after ready, without holding requests back
         watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s, before_exit=upkeep.final)
         stop = threading.Event()
         while_serving(front, stop)
         watchdog.start()
-        front.boot_report = lambda: report_dict
+        front.boot_report = upkeep.served_report
         engine = Engine(boot.engine.base_url, settings.engine_api_key is not None, settings.request_timeout_s)
         front.serve(engine, watchdog.failure_message)
         host = "localhost" if settings.http_host in ("0.0.0.0", "::") else settings.http_host

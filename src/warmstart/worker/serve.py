@@ -75,8 +75,7 @@ def main(args: argparse.Namespace) -> int:
             log.warning("timeout", "%s", warning)
 
         assert boot.engine is not None
-        report_dict = report.to_dict()
-        upkeep = ServingUpkeep(boot, report_dict, interval_s=settings.serve_publish_s)
+        upkeep = ServingUpkeep(boot, report, interval_s=settings.serve_publish_s)
         boot.on_serving_line = upkeep.on_line
         upkeep.start()  # the first publish, right after ready, without holding jobs back
         watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s, before_exit=upkeep.final)
@@ -84,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
             base_url=boot.engine.base_url,
             served_model=settings.served_model_name,
             request_timeout_s=settings.request_timeout_s,
-            boot_report=lambda: report_dict,
+            boot_report=upkeep.served_report,
             engine_failure=watchdog.failure_message,
             api_key=settings.engine_api_key,
         )

@@ -18,6 +18,8 @@ warning, it
   previous publish began. The first publish (right after ready) runs at once.
 `final()` (every exit the worker controls: SIGTERM, exit 3 after vLLM died) publishes once more
 if anything changed, gives back a lease a cut-off publish still holds, and removes the marker.
+The served report follows: each publish and each JIT warning replaces it with a new `BootReport`
+(report/serving.py), serialized once for the fronts to serve (`served_report`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from typing import Any
 
 from .. import log
 from ..boot import Boot
-from ..report.staged import publish_seconds, staged_layer_counts, staged_summary
+from ..report.model import BootReport
+from ..report.serving import with_kernels, with_publish
 from ..store.bundle import is_temporary, layer_of
 from ..store.markers import write_boot_marker
 from ..store.tiers import release_leases
@@ -64,28 +67,21 @@ def changed(before: Snapshot | None, now: Snapshot) -> bool:
     return any(before.get(rel) != stat for rel, stat in now.items())
 
 
-def apply_publish(boot: Boot, report: dict[str, Any]) -> None:
-    """Show the latest publish in the served boot report (the boot report job)."""
-    report["staged"] = staged_summary(boot.plan, boot.restored, boot.published)
-    report["phases"] = {**report["phases"], "publish": publish_seconds(boot.published)}
-    for layer, extra in staged_layer_counts(boot.restored, boot.published).items():
-        if layer in report["caches"]:
-            report["caches"][layer].update(extra)
-
-
 class ServingUpkeep:
     """The serving worker's periodic publish and in-use marker (see the module's docstring)."""
 
     def __init__(
         self,
         boot: Boot,
-        report: dict[str, Any],
+        report: BootReport,
         *,
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.boot = boot
-        self.report = report
+        self.report = report  # replaced, never changed: a publish and a JIT warning each make a new one
+        self._served = report.to_dict()
+        self._report_lock = threading.Lock()  # the log reader's thread and the publishing one both update it
         self.interval_s = interval_s
         self.clock = clock
         self.kernels: list[str] = []  # vLLM's JIT warnings since ready
@@ -101,6 +97,15 @@ class ServingUpkeep:
         # The marker's own timer: a publish may take longer than the marker's TTL (a slow volume, the
         # S3 deadline, a lease wait), and gc must never take a served key for an idle one meanwhile.
         self._marker_thread = threading.Thread(target=self._renew_marker, name="warmstart-marker", daemon=True)
+
+    def served_report(self) -> dict[str, Any]:
+        """The boot report as served (the boot report job, `GET /warmstart/boot_report`): the latest one."""
+        return self._served
+
+    def _update_report(self, update: Callable[[BootReport], BootReport]) -> None:
+        with self._report_lock:
+            self.report = update(self.report)
+            self._served = self.report.to_dict()
 
     @property
     def staged(self) -> bool:
@@ -130,8 +135,7 @@ class ServingUpkeep:
             return
         kernel = text[at + len(JIT_WARNING) :].split(". This causes", 1)[0].split(" (", 1)[0].strip()
         self.kernels.append(kernel)
-        self.report["compiled_while_serving"] = len(self.kernels)
-        self.report["compiled_kernels"] = list(self.kernels)
+        self._update_report(lambda report: with_kernels(report, self.kernels))
         self._due = self.clock() + JIT_SETTLE_S
         self._wake.set()
 
@@ -181,7 +185,8 @@ class ServingUpkeep:
                 left = self._left_out()
                 self._published_snapshot = {k: v for k, v in snapshot.items() if k not in left}
             self.publishes += 1
-            apply_publish(self.boot, self.report)
+            boot = self.boot
+            self._update_report(lambda report: with_publish(report, boot.plan, boot.restored, boot.published))
             return True
         finally:
             self._publishing.release()
