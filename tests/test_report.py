@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from warmstart.engine.concurrency import fit_concurrency
@@ -12,6 +13,7 @@ from warmstart.redact import Redactor
 from warmstart.report.build import build_report, expectation
 from warmstart.report.model import BootReport, CacheLayer
 from warmstart.report.observation import BootObservation
+from warmstart.report.serving import with_publish
 from warmstart.settings import from_env
 from warmstart.store.history import BootHistory
 from warmstart.store.layout import VolumeLayout
@@ -137,3 +139,16 @@ def test_the_background_publish_updates_the_served_report():
     assert (layer["status"], layer["published_files"], layer["published_bytes"]) == ("miss", 2, 200)
     assert keeper.report.caches["vllm_compile"] == CacheLayer("miss", published_files=2, published_bytes=200)
     assert report.staged is None and report.caches["vllm_compile"].published_files == 0, "a new report, not a patch"
+
+
+def test_a_publish_while_serving_keeps_what_a_sibling_seeded():
+    """The served report's `staged.seeded` (report/seeded.py) says what this boot read of a sibling's
+    caches; the publishes after ready rebuild the staged block and must not drop it."""
+    seeded = {"from": "m--aaaa", "tier": "volume", "layers": {}}
+    report = BootReport(None, None, None, None, None, {}, {}, None, staged={"publish": None, "seeded": seeded})
+    result = PublishResult("published", 1, 2, 200, 1.5, "full bundle", {"vllm_compile": (2, 200)})
+    after = with_publish(report, plan(), restored(None), TierPublish(("volume",), (result,)))
+    assert after.staged["publish"]["generation"] == 1
+    assert after.staged["seeded"] == seeded
+    plain = replace(report, staged={"publish": None})
+    assert "seeded" not in with_publish(plain, plan(), restored(None), TierPublish(("volume",), (result,))).staged

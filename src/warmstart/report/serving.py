@@ -20,14 +20,18 @@ from .staged import publish_seconds, staged_layer_counts, staged_summary
 def with_publish(
     report: BootReport, plan: BootPlan, restored: TierRestore | None, published: TierPublish | None
 ) -> BootReport:
-    """The report showing the latest publish: its `staged` block, `publish` phase and per-layer counts."""
+    """The report showing the latest publish: its `staged` block, `publish` phase and per-layer counts.
+    The boot's `staged.seeded` stays: what vLLM read of a sibling's caches is no publish's to change."""
     caches = dict(report.caches)
     for layer, extra in staged_layer_counts(restored, published).items():
         if layer in caches:
             caches[layer] = replace(caches[layer], **extra)
+    staged = staged_summary(plan, restored, published)
+    if staged is not None and report.staged is not None and "seeded" in report.staged:
+        staged["seeded"] = report.staged["seeded"]
     return replace(
         report,
-        staged=staged_summary(plan, restored, published),
+        staged=staged,
         phases={**report.phases, "publish": publish_seconds(published)},
         caches=caches,
     )
