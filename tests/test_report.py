@@ -152,3 +152,24 @@ def test_a_publish_while_serving_keeps_what_a_sibling_seeded():
     assert after.staged["seeded"] == seeded
     plain = replace(report, staged={"publish": None})
     assert "seeded" not in with_publish(plain, plan(), restored(None), TierPublish(("volume",), (result,))).staged
+
+
+def test_a_seeded_boot_ends_its_text_with_the_seeded_line():
+    """boot.emit_report prints `lines()`: the seeded line comes last, where it was printed before it
+    moved into the report's own text."""
+    seeded = {
+        "from": "m--aaaa",
+        "tier": "s3",
+        "layers": {"inductor": {"files": 4, "read": 2, "added": 1}, "triton": {"files": 3, "read": None, "added": 0}},
+        "compile_s": 2.0,
+        "source_cold_compile_s": 10.0,
+        "compile_saved_s_est": 8.0,
+    }
+    report = BootReport("k", None, "miss", "partial", 5.0, {}, {}, None, staged={"publish": None, "seeded": seeded})
+    text = report.lines()
+    assert text[-1] == (
+        "warmstart | seeded   | from m--aaaa (s3 store): "
+        "inductor 4 seeded/2 read/1 added, triton 3 seeded/? read/0 added; "
+        "compile 2.0 s against 10.0 s in its cold boot (about 8.0 s saved)"
+    )
+    assert not any("seeded" in line for line in replace(report, staged={"publish": None}).lines())
