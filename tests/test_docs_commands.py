@@ -35,6 +35,9 @@ NOT_SETTINGS = {
     "CUDA_DEVICE_ORDER": "hardware",
     "NVIDIA_VISIBLE_DEVICES": "hardware",
     # vLLM's own variables that warmstart sets (or leaves to you) for vLLM.
+    # The caller's shell in the README's example calls to a deployed endpoint, never the worker's.
+    "RUNPOD_API_KEY": "the caller's",
+    "ENDPOINT_ID": "the caller's",
     "VLLM_USE_AOT_COMPILE": "vLLM",
     "VLLM_ENABLE_STARTUP_PLAN": "vLLM",
     "VLLM_ENABLE_CUDA_COMPATIBILITY": "vLLM's image",

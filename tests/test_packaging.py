@@ -273,3 +273,13 @@ def test_fetch_resolves_into_a_given_cache_and_refuses_offline(tmp_path, fake_vl
     refused = run_warmstart(["fetch", "--hub-cache", str(hub)], env, timeout=60)
     assert refused.returncode == 2
     assert "downloading is disabled (HF_HUB_OFFLINE)" in refused.stderr
+
+
+def test_version_is_the_installed_distributions():
+    """`warmstart --version` names the version pip installed (pyproject's), not a second copy of it."""
+    from importlib.metadata import version
+
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "warmstart"), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == f"warmstart {version('warmstart')}"

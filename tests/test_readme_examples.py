@@ -1,4 +1,4 @@
-"""The READMEs' GPU boots are illustrations, and they print what warmstart prints for the fixture logs."""
+"""The docs' GPU boots are illustrations, and they print what warmstart prints for the fixture logs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from warmstart.report.fromlog import report_from_log
 
 @pytest.mark.parametrize(
     ("doc", "fixture"),
-    [("README.md", "gpu-0.33-aot-cold.log"), (".runpod/README.md", "gpu-0.33-aot-warm.log")],
+    [("docs/boot-report.md", "gpu-0.33-aot-cold.log"), (".runpod/README.md", "gpu-0.33-aot-warm.log")],
 )
 def test_gpu_sample_boot_is_labelled_and_matches_the_report(doc, fixture):
     text = (REPO / doc).read_text()

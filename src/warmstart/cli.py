@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import log
+from . import __version__, log
 from .errors import EXIT_CONFIG, SettingsError, WarmstartError
 from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
@@ -334,6 +334,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warmstart", description="vLLM on Runpod Serverless, caches on the volume.")
+    # The wrapper's own version; vLLM's is the image's (`warmstart key` prints it, read from vLLM's metadata).
+    parser.add_argument("--version", action="version", version=f"warmstart {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_volume(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

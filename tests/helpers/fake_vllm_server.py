@@ -108,6 +108,9 @@ class Handler(BaseHTTPRequestHandler):
         )
 
 
+serving = threading.Event()
+
+
 def main() -> None:
     mode = os.environ.get("FAKE_VLLM_MODE", "ok")
     args = sys.argv[1:]
@@ -120,6 +123,12 @@ def main() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 
     def on_term(*_: object) -> None:  # like vLLM: take the engine core down too
+        if not serving.is_set():  # vLLM 0.32 during its init (api_server/entry.py `_interrupt_init`)
+            print(
+                'Traceback (most recent call last):\n  File "entry.py", line 172, in _interrupt_init\n'
+                '    raise KeyboardInterrupt("terminated")\nKeyboardInterrupt: terminated',
+                flush=True,
+            )
         child.kill()
         os._exit(0)
 
@@ -190,6 +199,7 @@ def main() -> None:
 
         threading.Thread(target=jit, daemon=True).start()
     say(f"Starting vLLM server on http://{host}:{port}")
+    serving.set()
     print("INFO:     Application startup complete.", flush=True)
     try:
         server.serve_forever()

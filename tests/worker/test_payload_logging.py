@@ -1,7 +1,11 @@
-"""Job payloads never reach the worker's log: the runpod SDK logs every job's input and output at
-DEBUG (runpod/serverless/modules/rp_job.py, "Handler output: ..."), and DEBUG is its default level."""
+"""What the worker's log says about taking jobs: job payloads never reach it (the runpod SDK logs every
+job's input and output at DEBUG, runpod/serverless/modules/rp_job.py "Handler output: ...", and DEBUG is
+its default level), and `taking jobs` is said only once jobs can be sent."""
 
 from __future__ import annotations
+
+import socket
+import time
 
 from helpers.worker import Worker
 from warmstart.worker.serve import drop_verbose_rp_log_level, quiet_runpod_level
@@ -38,3 +42,21 @@ def test_runpod_levels_that_log_payloads_are_raised_to_info():
     assert drop_verbose_rp_log_level(["--rp_serve_api", "--rp_log_level", "DEBUG", "--x"]) == ["--rp_serve_api", "--x"]
     assert drop_verbose_rp_log_level(["--rp_log_level=debug"]) == []
     assert drop_verbose_rp_log_level(["--rp_log_level", "ERROR"]) == ["--rp_log_level", "ERROR"]
+
+
+def test_taking_jobs_is_said_once_the_local_api_server_listens(tmp_path, volume, tiny_model, fake_vllm_python):
+    """It was printed before `import runpod` and uvicorn's start (about 5 s before the port listened)."""
+    worker = Worker(
+        volume, tmp_path, fake_vllm_python, "listening", FAKE_VLLM_MODE="ok", FAKE_SERVED=tiny_model.repo_id
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "taking jobs" not in worker.log:
+            assert worker.proc.poll() is None and time.monotonic() < deadline, worker.log[-3000:]
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", worker.port), timeout=2):  # refused before the fix
+            pass
+        lines = [line for line in worker.log.splitlines() if "| serve " in line]
+        assert "taking jobs" in lines[-2] and "send a job with: curl" in lines[-1], lines
+    finally:
+        worker.stop()

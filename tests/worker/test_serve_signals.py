@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -75,6 +76,26 @@ def test_sigterm_while_vllm_boots_stops_its_group_and_the_marker(tmp_path, volum
     assert markers(volume) == [], "the boot marker stayed: gc would think the key still boots"
     assert proc.returncode == 128 + signal.SIGTERM, "".join(log) + rest
     assert "SIGTERM: stopping vLLM and cleaning up" in rest
+
+
+def test_ctrl_c_while_vllm_boots_prints_one_line_not_vllms_traceback(tmp_path, volume, tiny_model, fake_vllm_python):
+    """vLLM answers a SIGTERM during its init with an ~85-line `KeyboardInterrupt: terminated` traceback
+    (0.32's api_server/entry.py `_interrupt_init`; the scripted engine prints its last lines): a user who
+    pressed Ctrl-C reads one line for it instead."""
+    env = base_env(volume, fake_vllm_python, tmp_path, FAKE_VLLM_MODE="hang", VLLM_STARTUP_TIMEOUT="3600")
+    proc = start_warmstart(["boot"], env)
+    log: list[str] = []
+    try:
+        read_until(proc, "Initializing a V1 LLM engine", log)
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, "".join(log) + rest
+    assert "SIGINT: stopping vLLM and cleaning up" in rest
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+    assert re.search(r"vLLM stopped in [\d.]+ s; its [1-9]\d* line\(s\) of shutdown output not shown", rest), rest
 
 
 def test_sigterm_during_the_restore_removes_the_marker_and_the_registration(

@@ -284,6 +284,7 @@ class EngineProcess:
         self.started_mono = 0.0
         self._reader: threading.Thread | None = None
         self._stopping = False
+        self.unshown = 0  # lines vLLM printed after the wrapper began to stop it (kept in `tail`)
 
     @property
     def base_url(self) -> str:
@@ -313,11 +314,17 @@ class EngineProcess:
             t = time.monotonic() - self.started_mono
             text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
             self.tail.append(text)
-            try:
-                self.echo.write(text + "\n")
-                self.echo.flush()
-            except (OSError, ValueError):
-                pass
+            if self._stopping:
+                # vLLM's answer to our own SIGTERM: during its init a `KeyboardInterrupt: terminated`
+                # traceback of ~85 lines (vllm/entrypoints/launchers/api_server/entry.py
+                # `_interrupt_init`), then leak reports at exit. Counted and said in one line by stop().
+                self.unshown += 1
+            else:
+                try:
+                    self.echo.write(text + "\n")
+                    self.echo.flush()
+                except (OSError, ValueError):
+                    pass
             if self.on_line is not None:
                 self.on_line(LogLine(t, text))
 
@@ -378,8 +385,10 @@ class EngineProcess:
         """SIGTERM the whole process group, then SIGKILL what is left after `grace_s`."""
         if self.proc is None:
             return None
+        already_gone = self.proc.poll() is not None
         self._stopping = True
-        if self.proc.poll() is None:
+        started = time.monotonic()
+        if not already_gone:
             self._signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(grace_s)
@@ -392,4 +401,7 @@ class EngineProcess:
         except subprocess.TimeoutExpired:  # pragma: no cover - a kernel-stuck process
             pass
         self._join_reader()
+        if not already_gone:
+            unshown = f"; its {self.unshown} line(s) of shutdown output not shown" if self.unshown else ""
+            log.info("engine", "vLLM stopped in %.1f s%s", time.monotonic() - started, unshown)
         return self.proc.returncode

@@ -24,7 +24,11 @@ while serving reached the store with the periodic publish (worker/upkeep.py).
 from __future__ import annotations
 
 import argparse
+import importlib
+import socket
 import sys
+import threading
+import time
 
 from warmstart.boot import Boot, exit_on_signals, run_boot
 from warmstart.plan import plan_boot
@@ -41,13 +45,42 @@ from .watchdog import EngineWatchdog, init_timeout_warning, stop_serving
 def local_api_hint(rest: list[str]) -> str:
     """How to send a job to Runpod's local API server (`--rp_serve_api`)."""
 
-    def option(name: str, default: str) -> str:
-        return rest[rest.index(name) + 1] if name in rest and rest.index(name) + 1 < len(rest) else default
-
-    base = f"http://{option('--rp_api_host', 'localhost')}:{option('--rp_api_port', '8000')}"
+    host, port = _local_api_address(rest)
+    base = f"http://{host}:{port}"
     job = '{"input": {"prompt": "Hello", "sampling_params": {"max_tokens": 16}}}'
     curl = f"curl -s {base}/runsync -H 'content-type: application/json' -d '{job}'"
     return f"local API server at {base}; send a job with: {curl}"
+
+
+def _local_api_address(rest: list[str]) -> tuple[str, int]:
+    def option(name: str, default: str) -> str:
+        return rest[rest.index(name) + 1] if name in rest and rest.index(name) + 1 < len(rest) else default
+
+    return option("--rp_api_host", "localhost"), int(option("--rp_api_port", "8000"))
+
+
+def announce_when_listening(rest: list[str], lines: list[str], timeout_s: float = 120.0) -> threading.Thread:
+    """Log `lines` once Runpod's local API server accepts connections (uvicorn starts inside
+    `runpod.serverless.start`, which does not return), or say that it did not within `timeout_s`."""
+    address = _local_api_address(rest)
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(address, timeout=1.0):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            log.warning("serve", "the local API server is not listening on %s:%d after %.0f s", *address, timeout_s)
+            return
+        for line in lines:
+            log.info("serve", "%s", line)
+
+    thread = threading.Thread(target=wait, name="announce-local-api", daemon=True)
+    thread.start()
+    return thread
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,6 +92,9 @@ def main(args: argparse.Namespace) -> int:
         return serve_http(settings, redactor, list(getattr(args, "rest", [])))
     # Until the Runpod SDK installs its own handlers, a SIGTERM must still stop a booting vLLM.
     exit_on_signals()
+    # The SDK's import takes seconds (a few of CPU, more on a busy host): done while vLLM boots.
+    sdk = threading.Thread(target=importlib.import_module, args=("runpod",), name="import-runpod", daemon=True)
+    sdk.start()
 
     plan = plan_boot(settings)
     history: BootHistory = KeyStore(plan.layout, plan.key).history()
@@ -88,13 +124,16 @@ def main(args: argparse.Namespace) -> int:
             api_key=settings.engine_api_key,
         )
         watchdog.start()
-        log.info("serve", "taking jobs (max concurrency %d)", settings.max_concurrency)
         rest = list(getattr(args, "rest", []))
-        if "--rp_serve_api" in rest:
-            log.info("serve", "%s", local_api_hint(rest))
-
+        sdk.join()  # imported while vLLM booted
         import runpod
         from runpod.serverless.modules.rp_logger import RunPodLogger
+
+        taking_jobs = f"taking jobs (max concurrency {settings.max_concurrency})"
+        if "--rp_serve_api" in rest:  # said once the local API server answers, not while it starts
+            announce_when_listening(rest, [taking_jobs, local_api_hint(rest)])
+        else:  # the SDK asks Runpod for jobs as soon as it starts
+            log.info("serve", "%s", taking_jobs)
 
         # The SDK logs every job's input and output at DEBUG (rp_job.py "Handler output: ...",
         # rp_scale.py; its default level is DEBUG, rp_logger.py): prompts and completions would land
