@@ -15,10 +15,10 @@ from .argv import parse_argv
 from .flagtypes import FLAGS
 
 
-def extra_args_problems(extra_args: tuple[str, ...]) -> list[str]:
-    """VLLM_EXTRA_ARGS checked against vLLM's own flag table (vllm/flagtypes.json) before anything
-    starts: an unknown flag or a value vLLM's parser would refuse is one line here, not vLLM's
-    300-line usage text ~25 s later with a junk key left on the volume."""
+def extra_args_problems(extra_args: tuple[str, ...], source: str = "VLLM_EXTRA_ARGS") -> list[str]:
+    """VLLM_EXTRA_ARGS (or the flags of VLLM_CONFIG_FILE, `source`) checked against vLLM's own flag table
+    (vllm/flagtypes.json) before anything starts: an unknown flag or a value vLLM's parser would refuse is
+    one line here, not vLLM's 300-line usage text ~25 s later with a junk key left on the volume."""
     problems: list[str] = []
     for occurrence in parse_argv(extra_args):
         name = occurrence.flag
@@ -41,14 +41,14 @@ def extra_args_problems(extra_args: tuple[str, ...]) -> list[str]:
         if flag is None:
             near = difflib.get_close_matches(name, list(FLAGS), n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
-            problems.append(f"VLLM_EXTRA_ARGS: {occurrence.written} is not a flag of vLLM's serve{hint}")
+            problems.append(f"{source}: {occurrence.written} is not a flag of vLLM's serve{hint}")
             continue
         for value in occurrence.values:
             if flag.kind in ("int", "float"):
                 try:
                     int(value) if flag.kind == "int" else float(value)
                 except ValueError:
-                    problems.append(f"VLLM_EXTRA_ARGS: {occurrence.written} {value!r}: vLLM expects {flag.kind}")
+                    problems.append(f"{source}: {occurrence.written} {value!r}: vLLM expects {flag.kind}")
     return problems
 
 
