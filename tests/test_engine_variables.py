@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from warmstart.engine.concurrency import fit_concurrency
-from warmstart.engine.process import engine_command, engine_flag_args
+from warmstart.engine.process import engine_command, engine_flag_args, vllm_flags
 from warmstart.engineflags import OWN_OPTIONS, env_name
-from warmstart.hardware import Hardware
+from warmstart.hardware import Hardware, engine_world_size
 from warmstart.key import derive_key
 from warmstart.model import ResolvedModel
 from warmstart.settings import SettingsError, from_env
@@ -185,3 +185,12 @@ def test_a_config_file_vllm_would_refuse_is_one_line_before_anything_starts(tmp_
         f"VLLM_CONFIG_FILE={str(json_file)!r}: must be a .yaml or .yml file, as vLLM requires ('json' given)"
     ]
     assert problems(VLLM_CONFIG_FILE=str(tmp_path / "absent.yaml"))[0].startswith("VLLM_CONFIG_FILE=")
+
+
+def test_the_gpu_count_reads_the_config_file_and_every_parallel_variable(tmp_path):
+    """TP x PP x PCP x DP from every source vLLM reads, ranked as vLLM ranks them (plan.detect_engine_hardware)."""
+    (config := tmp_path / "c.yaml").write_text("tensor-parallel-size: 2\npipeline-parallel-size: 2\n")
+    s = from_env({**BASE, "VLLM_CONFIG_FILE": str(config), "PIPELINE_PARALLEL_SIZE": "1"})
+    assert engine_world_size({}, vllm_flags(s)) == 2  # the variable beats the file's pipeline size
+    s = from_env({**BASE, "PREFILL_CONTEXT_PARALLEL_SIZE": "2", "DATA_PARALLEL_SIZE_LOCAL": "3"})
+    assert engine_world_size({}, vllm_flags(s)) == 6

@@ -66,6 +66,13 @@ def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> l
     return args + (fit if fit is not None else fit_concurrency(settings)).args
 
 
+def vllm_flags(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
+    """Every flag vLLM will parse, in its order (argparse keeps the last): VLLM_CONFIG_FILE's, which vLLM
+    puts first (vllm/configfile.py), the engine-flag variables and the fit, then VLLM_EXTRA_ARGS. What
+    the key and the GPU count read; the command line itself gives `--config FILE` (engine_command)."""
+    return [*settings.config_args, *engine_flag_args(settings, fit), *settings.extra_args]
+
+
 # What vLLM's environment gets from the wrapper's: the variables vLLM and the libraries it runs
 # read, and nothing else, so a credential only the wrapper uses (AWS_*, RUNPOD_AI_API_KEY, the
 # RUNPOD_WEBHOOK_* job URLs) is not in /proc/<pid>/environ of a process that runs model code.
