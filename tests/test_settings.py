@@ -282,13 +282,13 @@ def test_bad_extra_args_exit_2_and_write_nothing_to_the_volume(tmp_path):
 
 
 def test_a_near_miss_or_flag_like_variable_is_one_warning_with_the_likely_name():
-    s = settings(MAX_MODEL_LENGTH="256", API_KEY="k", HOSTNAME="w1")
+    s = settings(MAX_MODEL_LENGTH="256", API_KEY="k", HOSTNAME="w1", SSL_CERT_FILE="/etc/ssl/ca.pem")
     warned = [str(w) for w in s.warnings]
     assert [w for w in warned if "MAX_MODEL_LENGTH" in w] == [
         "MAX_MODEL_LENGTH is not read by warmstart and changes nothing: did you mean MAX_MODEL_LEN?"
     ]
-    # every other flag is a variable of its own now (tests/test_engine_variables.py); --api-key is not
+    # every other flag is a variable of its own now (tests/test_engine_variables.py); --api-key's is VLLM_API_KEY
     assert [w for w in warned if "API_KEY" in w] == [
-        "API_KEY is not read by warmstart and changes nothing: for vLLM's --api-key, put it in VLLM_EXTRA_ARGS"
+        "API_KEY is not read by warmstart and changes nothing: did you mean VLLM_API_KEY?"
     ]
-    assert not [w for w in warned if "HOSTNAME" in w or "MODEL_NAME" in w]
+    assert not [w for w in warned if "HOSTNAME" in w or "MODEL_NAME" in w or "SSL_CERT" in w]

@@ -140,11 +140,17 @@ REMOVED_FLAGS: dict[str, str] = {
 }
 
 # Options warmstart sets itself (loopback, the pinned snapshot, the served name), reads under its own
-# name (VLLM_CONFIG_FILE, HF_TOKEN, VLLM_API_KEY) or that mean nothing to a worker: no variable.
-OWN_OPTIONS = frozenset(
-    {"--host", "--port", "--model", "--revision", "--download-dir", "--served-model-name", "--config"}
-    | {"--hf-token", "--api-key", "--help"}
-)
+# name or that mean nothing to a worker: no variable. OWN_OPTION_VARIABLES: the variable that sets one
+# (a warning names it to whoever writes SERVED_MODEL_NAME or API_KEY).
+OWN_OPTION_VARIABLES = {
+    "--model": "MODEL_NAME",
+    "--revision": "MODEL_REVISION",
+    "--served-model-name": "OPENAI_SERVED_MODEL_NAME_OVERRIDE",
+    "--config": "VLLM_CONFIG_FILE",
+    "--hf-token": "HF_TOKEN",
+    "--api-key": "VLLM_API_KEY",
+}
+OWN_OPTIONS = frozenset({"--host", "--port", "--download-dir", "--help", *OWN_OPTION_VARIABLES})
 _VALUE_KINDS: dict[str, Kind] = {"int": "int", "float": "float", "json": "json", "str": "str"}
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engineflags import OWN_OPTION_VARIABLES, env_name
 from .envnames import is_vllm_variable
 from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
@@ -321,7 +322,8 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
                 problems.append(f"{source}: {name} is set by warmstart and cannot be overridden")
         problems.extend(extra_args_problems(argv, source))
 
-    warnings.extend(unknown_variable_warnings(env, {*BY_NAME, *REMOVED_FLAGS}))
+    instead = {env_name(option): name for option, name in OWN_OPTION_VARIABLES.items()}
+    warnings.extend(unknown_variable_warnings(env, {*BY_NAME, *REMOVED_FLAGS}, instead))
     for name, instead in REMOVED_FLAGS.items():
         if _get(env, name) is not None:
             warnings.append(f"{name} is ignored: vLLM removed the flag it set ({instead})")
