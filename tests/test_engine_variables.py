@@ -194,3 +194,12 @@ def test_the_gpu_count_reads_the_config_file_and_every_parallel_variable(tmp_pat
     assert engine_world_size({}, vllm_flags(s)) == 2  # the variable beats the file's pipeline size
     s = from_env({**BASE, "PREFILL_CONTEXT_PARALLEL_SIZE": "2", "DATA_PARALLEL_SIZE_LOCAL": "3"})
     assert engine_world_size({}, vllm_flags(s)) == 6
+
+
+def test_a_stray_zero_batch_budget_is_vllms_default_with_a_warning_as_in_worker_vllm():
+    s = from_env({**BASE, "MAX_NUM_BATCHED_TOKENS": "0"})
+    assert engine_flag_args(s) == []
+    assert [str(w) for w in s.warnings] == [
+        "MAX_NUM_BATCHED_TOKENS=0 is refused by vLLM (it must be at least 1): read as unset, vLLM's default"
+    ]
+    assert args(SEED="0") == ["--seed", "0"]  # not general: a seed of 0 is a seed

@@ -139,6 +139,11 @@ REMOVED_FLAGS: dict[str, str] = {
     "WORKER_USE_RAY": "use DISTRIBUTED_EXECUTOR_BACKEND=ray",
 }
 
+# `0` read as unset, with a warning: endpoint templates carry a stray MAX_NUM_BATCHED_TOKENS=0 (worker-vllm's
+# ZERO_MEANS_UNSET), which vLLM refuses (config/scheduler.py `max_num_batched_tokens: int = Field(...,
+# ge=1)`, 0.32 and 0.33); unset, vLLM sizes the batch itself. Not general: `SEED=0` is a seed.
+ZERO_MEANS_UNSET = frozenset({"MAX_NUM_BATCHED_TOKENS"})
+
 # Options warmstart sets itself (loopback, the pinned snapshot, the served name), reads under its own
 # name or that mean nothing to a worker: no variable. OWN_OPTION_VARIABLES: the variable that sets one
 # (a warning names it to whoever writes SERVED_MODEL_NAME or API_KEY).

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engineflags import OWN_OPTION_VARIABLES, env_name
+from .engineflags import OWN_OPTION_VARIABLES, ZERO_MEANS_UNSET, env_name
 from .envnames import is_vllm_variable
 from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
@@ -304,6 +304,9 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     for flag in ENGINE_FLAGS:
         raw = _get(env, flag.env)
         if raw is None:
+            continue
+        if flag.env in ZERO_MEANS_UNSET and raw == "0":
+            warnings.append(f"{flag.env}=0 is refused by vLLM (it must be at least 1): read as unset, vLLM's default")
             continue
         if (problem := _check_value(flag, raw)) is not None:
             problems.append(problem)
