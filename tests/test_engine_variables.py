@@ -203,3 +203,10 @@ def test_a_stray_zero_batch_budget_is_vllms_default_with_a_warning_as_in_worker_
         "MAX_NUM_BATCHED_TOKENS=0 is refused by vLLM (it must be at least 1): read as unset, vLLM's default"
     ]
     assert args(SEED="0") == ["--seed", "0"]  # not general: a seed of 0 is a seed
+
+
+def test_one_config_file_only_as_vllm_allows():
+    """utils/argparse_utils.py `_pull_args_from_config`: `assert args.count("--config") <= 1`."""
+    assert problems(VLLM_CONFIG_FILE=str(FIXTURES / "vllm-config-serving.yaml"), VLLM_EXTRA_ARGS="--config x.yaml") == [
+        "VLLM_EXTRA_ARGS: --config and VLLM_CONFIG_FILE both name a config file; vLLM takes one"
+    ]

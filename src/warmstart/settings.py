@@ -319,6 +319,8 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             config_args = config_file_args(values["config_file"])
         except ConfigFileError as exc:
             problems.append(f"VLLM_CONFIG_FILE={str(values['config_file'])!r}: {exc}")
+        if "--config" in flags(values["extra_args"]):  # vLLM: "More than one config file specified!"
+            problems.append("VLLM_EXTRA_ARGS: --config and VLLM_CONFIG_FILE both name a config file; vLLM takes one")
     for source, argv in (("VLLM_EXTRA_ARGS", values["extra_args"]), ("VLLM_CONFIG_FILE", config_args)):
         for name in flags(argv):
             if name in EXTRA_ARGS_REFUSED:
@@ -327,9 +329,9 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
 
     instead = {env_name(option): name for option, name in OWN_OPTION_VARIABLES.items()}
     warnings.extend(unknown_variable_warnings(env, {*BY_NAME, *REMOVED_FLAGS}, instead))
-    for name, instead in REMOVED_FLAGS.items():
+    for name, replacement in REMOVED_FLAGS.items():
         if _get(env, name) is not None:
-            warnings.append(f"{name} is ignored: vLLM removed the flag it set ({instead})")
+            warnings.append(f"{name} is ignored: vLLM removed the flag it set ({replacement})")
 
     values["volume"] = volume_root(env, volume)
     if ".." in values["volume"].parts:
