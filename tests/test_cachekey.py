@@ -34,6 +34,7 @@ def key(
 
 
 BASELINE = {"MAX_MODEL_LEN": "4096", "DTYPE": "bfloat16"}
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize(
@@ -86,7 +87,7 @@ def test_key_changes_with_artifact_flags(change):
         {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
         {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "30"},
         {"VLLM_STARTUP_TIMEOUT": "900"},
-        {"VLLM_CONFIG_FILE": "/cfg.yaml"},
+        {"VLLM_CONFIG_FILE": str(FIXTURES / "vllm-config-serving.yaml")},
         {"CUDA_VISIBLE_DEVICES": "1"},
     ],
 )

@@ -201,6 +201,29 @@ def test_commands_as_the_docs_write_them_pass():
         assert problems_of("X.md", span) == [], span
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors a Markdown page's headings get (GitHub's rule: lower case, punctuation dropped, spaces dashed)."""
+    headings = re.findall(r"^#+\s+(.+?)\s*$", page.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """A link to a page or a heading that is not there (docs/configuration.md had one to the README's S3 section,
+    which moved to docs/volume-and-s3.md) is caught here, anchors included."""
+    broken = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert broken == []
+
+
 def test_the_readme_is_a_landing_page_that_links_every_docs_page():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) < 220

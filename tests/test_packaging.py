@@ -14,7 +14,8 @@ from helpers.run import REPO, base_env, run_warmstart
 from warmstart.envnames import REMOVED_VARS, is_secret_variable, known_variables
 from warmstart.images import RUNPOD_CUDA_VERSIONS, VLLM_IMAGES, allowed_cuda_versions, image_cuda
 from warmstart.model import resolve
-from warmstart.settings import from_env, render_reference
+from warmstart.reference import render_reference
+from warmstart.settings import from_env
 from warmstart.variables import BY_NAME, ENGINE_FLAGS, VARIABLES, WRAPPER_VARIABLES
 from warmstart.worker.serve import init_timeout_warning, local_api_hint
 from warmstart_dev.testmodel import write_test_model
@@ -24,9 +25,11 @@ TESTS = json.loads((REPO / ".runpod" / "tests.json").read_text())
 
 
 def documented_variables() -> set[str]:
-    """Variables in the configuration reference's tables: rows that start with | `NAME` |."""
-    section = (REPO / "docs" / "configuration.md").read_text()
-    return set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", section, flags=re.M))
+    """Variables in the reference's tables (docs/configuration.md, and docs/compatibility.md's table of
+    every vLLM flag): rows that start with | `NAME` |, the removed flags' table left out."""
+    text = (REPO / "docs" / "configuration.md").read_text() + (REPO / "docs" / "compatibility.md").read_text()
+    text = re.sub(r"<!-- generated: removed-flags -->.*?<!-- end: removed-flags -->", "", text, flags=re.S)
+    return set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", text, flags=re.M))
 
 
 def test_hub_json_has_the_required_fields():
@@ -108,10 +111,12 @@ def test_settings_read_exactly_the_declared_variables():
     assert not {f.env for f in ENGINE_FLAGS} & set(WRAPPER_VARIABLES)
 
 
-def test_the_configuration_reference_is_the_tables_rendering():
-    """docs/configuration.md's tables are generated: `python -m warmstart.settings docs/configuration.md`."""
-    text = (REPO / "docs" / "configuration.md").read_text()
-    assert render_reference(text) == text, "run: python -m warmstart.settings docs/configuration.md"
+@pytest.mark.parametrize("doc", ["configuration.md", "compatibility.md"])
+def test_the_configuration_reference_is_the_tables_rendering(doc):
+    """docs/configuration.md's and docs/compatibility.md's tables are generated: `python -m warmstart.settings
+    docs/<file>` (the worker-vllm compatibility table from the same rows that settings.from_env parses)."""
+    text = (REPO / "docs" / doc).read_text()
+    assert render_reference(text) == text, f"run: python -m warmstart.settings docs/{doc}"
 
 
 def test_secret_column_is_the_secret_name_rule():

@@ -10,7 +10,7 @@ import pytest
 from helpers.run import REPO
 from warmstart.engine.process import engine_command, engine_environment, engine_flag_args
 from warmstart.settings import SettingsError, from_env, read_one, volume_root
-from warmstart.variables import ENGINE_FLAGS, WRAPPER_VARIABLES
+from warmstart.variables import CURATED_FLAGS, WRAPPER_VARIABLES
 from warmstart.vllm.install import EngineInfo
 
 BASE = {"MODEL_NAME": "org/model"}
@@ -143,8 +143,9 @@ def test_hf_token_is_not_in_repr():
     assert s.secrets == ("hf_abcdefghijklmnop",)
 
 
-def test_wrapper_variables_are_not_vllm_env():
-    s = settings(VLLM_EXTRA_ARGS="--seed 1", VLLM_PORT="8000", VLLM_CONFIG_FILE="/c", VLLM_USE_DEEP_GEMM="1")
+def test_wrapper_variables_are_not_vllm_env(tmp_path):
+    (config := tmp_path / "c.yaml").write_text("seed: 1\n")
+    s = settings(VLLM_EXTRA_ARGS="--seed 1", VLLM_PORT="8000", VLLM_CONFIG_FILE=str(config), VLLM_USE_DEEP_GEMM="1")
     assert dict(s.vllm_env) == {"VLLM_USE_DEEP_GEMM": "1"}
 
 
@@ -196,7 +197,7 @@ def test_no_vllm_prefixed_wrapper_variable_reaches_vllm(name):
 def test_documented_key_column_is_engine_flags_in_key():
     reference = (REPO / "docs" / "configuration.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `--[^|]*\| *(yes)? *\|", reference, flags=re.M))
-    assert rows == {f.env: ("yes" if f.in_key else "") for f in ENGINE_FLAGS}
+    assert rows == {f.env: ("yes" if f.in_key else "") for f in CURATED_FLAGS}
 
 
 def test_restore_deadlines_that_could_spend_the_init_limit_are_warned_of():
@@ -281,13 +282,13 @@ def test_bad_extra_args_exit_2_and_write_nothing_to_the_volume(tmp_path):
 
 
 def test_a_near_miss_or_flag_like_variable_is_one_warning_with_the_likely_name():
-    s = settings(MAX_MODEL_LENGTH="256", ENABLE_EXPERT_PARALLEL="true", HOSTNAME="w1")
+    s = settings(MAX_MODEL_LENGTH="256", API_KEY="k", HOSTNAME="w1", SSL_CERT_FILE="/etc/ssl/ca.pem")
     warned = [str(w) for w in s.warnings]
     assert [w for w in warned if "MAX_MODEL_LENGTH" in w] == [
         "MAX_MODEL_LENGTH is not read by warmstart and changes nothing: did you mean MAX_MODEL_LEN?"
     ]
-    assert [w for w in warned if "ENABLE_EXPERT_PARALLEL" in w] == [
-        "ENABLE_EXPERT_PARALLEL is not read by warmstart and changes nothing: "
-        "for vLLM's --enable-expert-parallel, put it in VLLM_EXTRA_ARGS"
+    # every other flag is a variable of its own now (tests/test_engine_variables.py); --api-key's is VLLM_API_KEY
+    assert [w for w in warned if "API_KEY" in w] == [
+        "API_KEY is not read by warmstart and changes nothing: did you mean VLLM_API_KEY?"
     ]
-    assert not [w for w in warned if "HOSTNAME" in w or "MODEL_NAME" in w]
+    assert not [w for w in warned if "HOSTNAME" in w or "MODEL_NAME" in w or "SSL_CERT" in w]

@@ -28,6 +28,7 @@ from .engine.process import (
     engine_command,
     engine_environment,
     free_port,
+    vllm_flags,
     withheld_names,
 )
 from .hardware import engine_world_size
@@ -271,7 +272,7 @@ class Boot:
             self.start_prefetch()
         self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
         self.engine.start()
-        world = engine_world_size(plan.settings.engine, plan.settings.extra_args)
+        world = engine_world_size({}, vllm_flags(plan.settings, plan.fit))
         fit = fit_words(plan.fit, plan.hardware.kind, world)
         log.info(
             "engine", "starting vLLM %s on 127.0.0.1:%d (pid %d); %s", plan.engine.vllm, port, self.engine.pid, fit

@@ -7,33 +7,17 @@ questions about any name, declared or not.
 from __future__ import annotations
 
 from .secrets import looks_secret
-from .variables import BY_NAME, SECRET_VARIABLES, VARIABLES
+from .variables import BY_NAME, REMOVED_FLAGS, SECRET_VARIABLES, VARIABLES
 from .vllm.hashing import VLLM_HASHED_UNPREFIXED
 
-# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does.
-REMOVED_VARS = (
-    "SWAP_SPACE",
-    "ROPE_SCALING",
-    "ROPE_THETA",
-    "NUM_LOOKAHEAD_SLOTS",
-    "USE_V2_BLOCK_MANAGER",
-    "GUIDED_DECODING_BACKEND",
-    "MAX_SEQ_LEN_TO_CAPTURE",
-    "MAX_CONTEXT_LEN_TO_CAPTURE",
-    "DISABLE_LOG_REQUESTS",
-    "VLLM_ATTENTION_BACKEND",
-    "CUDA_GRAPH_SIZES",
-    "WORKER_USE_RAY",
-)
+# Worker-vllm variables that name flags vLLM has removed: warn and ignore, as it does (engineflags.py).
+REMOVED_VARS = tuple(REMOVED_FLAGS)
 
 
 def known_variables() -> frozenset[str]:
     """Every variable name the settings read."""
     return frozenset(BY_NAME)
 
-
-# worker-vllm names that are not read here but must not reach vLLM either (VLLM_ prefix).
-_WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
 
 # Variables that configure warmstart and must not reach vLLM's environment. vLLM reads
 # `VLLM_PORT` as the first of its internal ports (vllm/envs.py `get_vllm_port`,
@@ -43,7 +27,7 @@ _WORKER_VLLM_ONLY = frozenset({"VLLM_CONFIG_FILE"})
 # as arguments; generic names such as SEED or BLOCK_SIZE have no business in its environment.
 # What still passes (`to_vllm`): the Hub token, for a library that fetches a config or
 # tokenizer, and HF_HUB_OFFLINE, which the engine environment sets anyway.
-WITHHELD_FROM_VLLM: frozenset[str] = (known_variables() | _WORKER_VLLM_ONLY) - {v.env for v in VARIABLES if v.to_vllm}
+WITHHELD_FROM_VLLM: frozenset[str] = known_variables() - {v.env for v in VARIABLES if v.to_vllm}
 
 
 def is_vllm_variable(name: str) -> bool:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine.concurrency import ConcurrencyFit
-from .engine.process import engine_flag_args
+from .engine.process import vllm_flags
 from .envnames import is_secret_variable
 from .hardware import Hardware
 from .model import ResolvedModel
@@ -75,10 +75,11 @@ def key_extra_args(extra: tuple[str, ...]) -> list[str]:
 
 
 def key_args(settings: Settings, fit: ConcurrencyFit | None = None) -> dict[str, Any]:
-    """The flags vLLM will be given (engine-flag variables, the plan's concurrency fit, then
-    VLLM_EXTRA_ARGS), as the values vLLM's parser sets; serving-only flags and secrets left out,
-    JSON secret fields masked."""
-    argv = [*engine_flag_args(settings, fit), *settings.extra_args]
+    """The flags vLLM will be given (VLLM_CONFIG_FILE's, which vLLM puts first, the engine-flag variables,
+    the plan's concurrency fit, then VLLM_EXTRA_ARGS), as the values vLLM's parser sets; serving-only
+    flags and secrets left out, JSON secret fields masked. The file enters as the flags it stands for, so
+    a file of serving-only settings leaves the key as it was, and its path never enters."""
+    argv = vllm_flags(settings, fit)
     dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or looks_secret(f)} | FLAGS_NOT_IN_KEY
     values = parsed_values(argv, dropped)
     for flag, unhashed in JSON_FIELDS_NOT_IN_KEY.items():

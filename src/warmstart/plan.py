@@ -15,6 +15,7 @@ from typing import Any
 
 from . import log
 from .engine.concurrency import ConcurrencyFit, fit_concurrency
+from .engine.process import vllm_flags
 from .hardware import (
     Hardware,
     HardwareProbe,
@@ -139,7 +140,7 @@ def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[
         return HardwareProbe(detect_cpu(), "cpuinfo")
     return detect_hardware(
         env,
-        world_size=engine_world_size(settings.engine, settings.extra_args),
+        world_size=engine_world_size({}, vllm_flags(settings)),  # every flag, the config file's and variables' too
         device_ids=last_flag_value(settings.extra_args, ("--device-ids",)),
         python=engine.python,
     )

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .envnames import REMOVED_VARS, is_vllm_variable
+from .engineflags import OWN_OPTION_VARIABLES, ZERO_MEANS_UNSET, env_name
+from .envnames import is_vllm_variable
 from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
 from .log import StageWarning
 from .s3url import check_endpoint_url, parse_s3_url
-from .variables import BY_NAME, ENGINE_FLAGS, WRAPPER, Variable
+from .variables import BY_NAME, ENGINE_FLAGS, REMOVED_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
+from .vllm.configfile import ConfigFileError, config_file_args
 from .vllm.extraargs import extra_args_problems, unknown_variable_warnings
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -57,6 +59,7 @@ class Settings:
     volume: Path
     engine_values: tuple[tuple[str, str], ...]  # (ENV, raw value) of the ENGINE_FLAGS that are set
     extra_args: tuple[str, ...]
+    config_file: Path | None  # VLLM_CONFIG_FILE, given to vLLM as `--config`
     hf_token: str | None = field(repr=False)
     vllm_python: str | None
     vllm_port: int  # 0: pick a free loopback port at boot
@@ -92,6 +95,7 @@ class Settings:
     http_host: str
     drain_s: float
     warnings: tuple[StageWarning, ...] = ()
+    config_args: tuple[str, ...] = ()  # the flags config_file stands for, as vLLM reads it (vllm/configfile.py)
     # The environment these settings were read from (a snapshot; in a worker, the process's): what vLLM's
     # environment inherits (engine/process.py engine_environment), the hardware probe's CUDA_VISIBLE_DEVICES,
     # the report's record. Never printed whole: it holds the secrets the fields above leave out.
@@ -140,7 +144,7 @@ def _check_value(flag: Variable, raw: str) -> str | None:
     env = flag.env
     try:
         if flag.kind == "int":
-            if int(raw) < 0:
+            if int(raw) < flag.minimum:
                 return f"{env}={raw!r}: must not be negative"
         elif flag.kind in ("float", "fraction"):
             value = float(raw)
@@ -150,6 +154,8 @@ def _check_value(flag: Variable, raw: str) -> str | None:
             json.loads(raw)
         elif flag.kind in ("bool", "pair_bool"):
             parse_bool(env, raw)
+        elif flag.kind == "argv":
+            shlex.split(raw)
         elif flag.kind == "choice" and raw.strip().lower() not in flag.choices:
             return f"{env}={raw!r}: unknown value; expected one of {', '.join(flag.choices)}"
     except ValueError as exc:
@@ -159,6 +165,8 @@ def _check_value(flag: Variable, raw: str) -> str | None:
             return f"{env}={raw!r}: expected a number"
         if flag.kind == "json":
             return f"{env}: not valid JSON ({exc})"
+        if flag.kind == "argv":
+            return f"{env}: cannot split into words ({exc})"
         return str(exc)
     return None
 
@@ -297,19 +305,33 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
         raw = _get(env, flag.env)
         if raw is None:
             continue
+        if flag.env in ZERO_MEANS_UNSET and raw == "0":
+            warnings.append(f"{flag.env}=0 is refused by vLLM (it must be at least 1): read as unset, vLLM's default")
+            continue
         if (problem := _check_value(flag, raw)) is not None:
             problems.append(problem)
         engine_values.append((flag.env, raw.lower() if flag.kind == "choice" else raw))
 
-    for name in flags(values["extra_args"]):
-        if name in EXTRA_ARGS_REFUSED:
-            problems.append(f"VLLM_EXTRA_ARGS: {name} is set by warmstart and cannot be overridden")
-    problems.extend(extra_args_problems(values["extra_args"]))
+    config_args: tuple[str, ...] = ()
+    if values["config_file"] is not None:
+        values["config_file"] = values["config_file"].absolute()  # vLLM's working directory is not promised
+        try:
+            config_args = config_file_args(values["config_file"])
+        except ConfigFileError as exc:
+            problems.append(f"VLLM_CONFIG_FILE={str(values['config_file'])!r}: {exc}")
+        if "--config" in flags(values["extra_args"]):  # vLLM: "More than one config file specified!"
+            problems.append("VLLM_EXTRA_ARGS: --config and VLLM_CONFIG_FILE both name a config file; vLLM takes one")
+    for source, argv in (("VLLM_EXTRA_ARGS", values["extra_args"]), ("VLLM_CONFIG_FILE", config_args)):
+        for name in flags(argv):
+            if name in EXTRA_ARGS_REFUSED:
+                problems.append(f"{source}: {name} is set by warmstart and cannot be overridden")
+        problems.extend(extra_args_problems(argv, source))
 
-    warnings.extend(unknown_variable_warnings(env, {*BY_NAME, *REMOVED_VARS}))
-    for name in REMOVED_VARS:
+    instead = {env_name(option): name for option, name in OWN_OPTION_VARIABLES.items()}
+    warnings.extend(unknown_variable_warnings(env, {*BY_NAME, *REMOVED_FLAGS}, instead))
+    for name, replacement in REMOVED_FLAGS.items():
         if _get(env, name) is not None:
-            warnings.append(f"{name} is ignored: vLLM removed the flag it set")
+            warnings.append(f"{name} is ignored: vLLM removed the flag it set ({replacement})")
 
     values["volume"] = volume_root(env, volume)
     if ".." in values["volume"].parts:
@@ -359,57 +381,21 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     return Settings(
         **values,
         engine_values=tuple(engine_values),
+        config_args=config_args,
         vllm_env=vllm_env,
         warnings=tuple(StageWarning("settings", w) for w in warnings),
         environ=dict(env),
     )
 
 
-# --------------------------------------------------------------------------- the reference
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def shown_default(var: Variable) -> str:
-    """The reference's default column: `shown`, else the default as code, else empty."""
-    if var.shown is not None:
-        return var.shown
-    return f"`{var.default}`" if var.default else ""
-
-
-def _flag_cell(var: Variable) -> str:
-    if var.kind == "pair_bool":
-        return f"`{var.flag} / --no-{str(var.flag)[2:]}`"
-    return f"`{var.flag}`"
-
-
-def reference_tables() -> dict[str, str]:
-    """The generated blocks of docs/configuration.md, by block name."""
-    wrapper = ["| variable | default | meaning |", "|---|---|---|"]
-    wrapper += [f"| `{v.env}` | {shown_default(v)} | {_cell(v.doc)} |" for v in WRAPPER]
-    engine = ["| variable | vLLM flag | key | meaning |", "|---|---|---|---|"]
-    engine += [f"| `{v.env}` | {_flag_cell(v)} | {'yes' if v.in_key else ''} | {_cell(v.doc)} |" for v in ENGINE_FLAGS]
-    return {"wrapper": "\n".join(wrapper), "engine": "\n".join(engine)}
-
-
-def _block(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
-
-
-def render_reference(text: str) -> str:
-    """`text` (docs/configuration.md) with every generated block replaced by the table's rendering."""
-    for name, table in reference_tables().items():
-        pattern = _block(name)
-        if not pattern.search(text):
-            raise ValueError(f"no generated block {name!r} (<!-- generated: {name} --> ... <!-- end: {name} -->)")
-        text = pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), text)
-    return text
+# The reference's tables (docs/configuration.md, docs/compatibility.md) are rendered by reference.py;
+# `python -m warmstart.settings FILE` rewrites a file's generated blocks.
 
 
 def main(argv: list[str]) -> int:
     """`python -m warmstart.settings docs/configuration.md`: rewrite the file's generated tables."""
+    from .reference import render_reference
+
     if len(argv) != 1:
         print("usage: python -m warmstart.settings docs/configuration.md", file=sys.stderr)
         return 2

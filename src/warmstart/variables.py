@@ -15,7 +15,7 @@ plus its historical aliases (`MODEL_NAME`, `BASE_PATH`, `HUGGING_FACE_HUB_TOKEN`
 
 from __future__ import annotations
 
-from .engineflags import ENGINE_FLAGS
+from .engineflags import CURATED_FLAGS, REMOVED_FLAGS, derived_flags
 from .limits import LEASE_TTL_S, PUBLISH_DEADLINE_S, RESTORE_DEADLINE_S, RUNPOD_INIT_TIMEOUT_S
 from .varspec import (
     BUNDLE_COMPRESSIONS,
@@ -28,7 +28,7 @@ from .varspec import (
     Variable,
 )
 
-__all__ = ["DTYPES", "ENGINE_FLAGS", "Kind", "Variable"]
+__all__ = ["CURATED_FLAGS", "DTYPES", "ENGINE_FLAGS", "REMOVED_FLAGS", "Kind", "Variable"]
 
 
 def _port(env: str, doc: str, **more: str) -> Variable:
@@ -93,6 +93,13 @@ WRAPPER: tuple[Variable, ...] = (
         "argv",
         "raw `vllm serve` flags, appended last; artifact-changing ones enter the key",
         field="extra_args",
+    ),
+    Variable(
+        "VLLM_CONFIG_FILE",
+        "path",
+        "a vLLM config file (YAML), given to vLLM as `--config`: each key is a flag, below the variables and "
+        "`VLLM_EXTRA_ARGS`; the ones vLLM hashes enter the key",
+        field="config_file",
     ),
     _port(
         "VLLM_PORT",
@@ -314,7 +321,7 @@ WRAPPER: tuple[Variable, ...] = (
         "WARMSTART_S3_URL",
         "str",
         "`s3://BUCKET/PREFIX`: a staged store shared by every datacenter (see "
-        "[An S3 tier](../README.md#an-s3-tier)); credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`",
+        "[An S3 tier](volume-and-s3.md#an-s3-tier)); credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`",
         field="s3_url",
     ),
     Variable(
@@ -333,6 +340,12 @@ WRAPPER: tuple[Variable, ...] = (
     ),
 )
 
+# Every `vllm serve` option as a variable: the derived ones first, so that where a curated name and a
+# derived one set the same flag (TOKENIZER_NAME, TOKENIZER) the curated one comes last and wins, as
+# worker-vllm's aliases do.
+ENGINE_FLAGS: tuple[Variable, ...] = (
+    derived_flags({v.env for v in WRAPPER} | {v.env for v in CURATED_FLAGS}) + CURATED_FLAGS
+)
 VARIABLES: tuple[Variable, ...] = WRAPPER + ENGINE_FLAGS
 BY_NAME = {v.env: v for v in VARIABLES}
 

@@ -30,7 +30,9 @@ class Variable:
     For engine flags, kind "bool" emits `--flag` when true and nothing when false (flags whose
     vLLM default is False: `false` and unset are then one command line and one key), and
     "pair_bool" emits `--flag` / `--no-flag` (vLLM's BooleanOptionalAction whose default is
-    None, decided later by vLLM: `--no-flag` is not the same as leaving it). `in_key` marks
+    None, decided later by vLLM: `--no-flag` is not the same as leaving it), or `off_flag` where
+    the parser names the other side otherwise (0.33's `--enable-x` / `--disable-x`). "argv" (a
+    flag that takes several words) is split like a shell line. `in_key` marks
     flags that change what torch.compile, Inductor, Triton or the CUDA graphs produce.
     `default` is the value used when the variable is unset (text, parsed like a set value);
     `shown` is what the reference prints instead, where the default is not a plain value.
@@ -40,6 +42,7 @@ class Variable:
     kind: Kind
     doc: str
     flag: str | None = None
+    off_flag: str | None = None  # pair_bool: the flag for false, where it is not `--no-<flag>`
     in_key: bool = False
     secret: bool = False
     default: str | None = None

@@ -35,7 +35,9 @@ from warmstart.hardware import Hardware
 from warmstart.key import derive_key
 from warmstart.model import resolve
 from warmstart.settings import EXTRA_ARGS_REFUSED, Settings
-from warmstart.variables import ENGINE_FLAGS
+
+# The curated flags, whose `in_key` is decided flag by flag; the derived ones follow EXTRA_ARGS_NOT_IN_KEY.
+from warmstart.variables import CURATED_FLAGS as ENGINE_FLAGS
 from warmstart.vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, VLLM_ENV_NOT_HASHED
 from warmstart.vllm.install import EngineInfo
 from warmstart_dev.capturebench import PROFILE

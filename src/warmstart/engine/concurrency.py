@@ -33,8 +33,10 @@ rule, not warmstart's; it is what vLLM hashes, and the key follows (key.py reads
 A user's value always wins: MAX_NUM_SEQS, `--max-num-seqs` in VLLM_EXTRA_ARGS (any spelling vLLM's
 parser takes: `--max_num_seqs`, `=value`, an unambiguous prefix), capture sizes in COMPILATION_CONFIG or
 `-cc`/`--compilation-config` (JSON or dotted `-cc.cudagraph_capture_sizes`), `--cudagraph-capture-sizes`,
-`--max-cudagraph-capture-size`; and a `--config FILE` (vLLM reads flags from it, below the command
-line, so a fitted flag would override it). `WARMSTART_FIT_CONCURRENCY=0` turns the fit off.
+`--max-cudagraph-capture-size` (or their variables); and a `--config FILE` in VLLM_EXTRA_ARGS (vLLM reads
+flags from it, below the command line, so a fitted flag would override it), or one of these in
+VLLM_CONFIG_FILE, which warmstart reads as vLLM does (vllm/configfile.py). `WARMSTART_FIT_CONCURRENCY=0`
+turns the fit off.
 
 Pure functions from settings to argv; tests/vllm/test_concurrency.py checks every combination.
 """
@@ -92,24 +94,32 @@ def _json_sets_capture(text: str | None) -> bool:
     return isinstance(value, dict) and any(k in value for k in CAPTURE_DESTS)
 
 
-def user_choice(engine: Mapping[str, str], extra_args: Iterable[str]) -> str | None:
-    """What the user set that the fit must leave alone, in words; None when they set nothing of it."""
+def user_choice(engine: Mapping[str, str], extra_args: Iterable[str], config_args: Iterable[str] = ()) -> str | None:
+    """What the user set that the fit must leave alone, in words; None when they set nothing of it.
+    `config_args`: the flags VLLM_CONFIG_FILE stands for (a fitted flag on the command line would beat them)."""
     if "MAX_NUM_SEQS" in engine:
         return f"MAX_NUM_SEQS={engine['MAX_NUM_SEQS']}"
     if _json_sets_capture(engine.get("COMPILATION_CONFIG")):
         return "COMPILATION_CONFIG sets CUDA graph capture sizes"
-    for o in parse_argv(tuple(extra_args)):
+    for name in (dest.upper() for dest in CAPTURE_DESTS):  # their variables (engineflags.derived_flags)
+        if name in engine:
+            return f"{name}={engine[name]}"
+    return _argv_choice(extra_args, "VLLM_EXTRA_ARGS") or _argv_choice(config_args, "VLLM_CONFIG_FILE")
+
+
+def _argv_choice(argv: Iterable[str], source: str) -> str | None:
+    for o in parse_argv(tuple(argv)):
         if o.flag is None:
             continue
         dest, key = dest_as_vllm_reads(o.flag)
         if dest == SEQS_DEST and not key:
-            return f"VLLM_EXTRA_ARGS gives {o.written}"
+            return f"{source} gives {o.written}"
         if dest in CAPTURE_DESTS and not key:
-            return f"VLLM_EXTRA_ARGS gives {o.written}"
+            return f"{source} gives {o.written}"
         if dest == COMPILATION_DEST and (key.split(".")[0] in CAPTURE_DESTS if key else _json_sets_capture(o.value)):
-            return f"VLLM_EXTRA_ARGS sets CUDA graph capture sizes ({o.written})"
+            return f"{source} sets CUDA graph capture sizes ({o.written})"
         if dest == CONFIG_FILE_DEST:
-            return f"VLLM_EXTRA_ARGS gives {o.written} {o.value or ''} (vLLM ranks the command line above the file)"
+            return f"{source} gives {o.written} {o.value or ''} (vLLM ranks the command line above the file)"
     return None
 
 
@@ -117,7 +127,7 @@ def fit_concurrency(settings: Settings) -> ConcurrencyFit:
     """The fit for these settings: `--max-num-seqs MAX_CONCURRENCY`, or nothing and why."""
     if not settings.fit_concurrency:
         return ConcurrencyFit(None, "WARMSTART_FIT_CONCURRENCY=0: max_num_seqs left to vLLM")
-    chosen = user_choice(settings.engine, settings.extra_args)
+    chosen = user_choice(settings.engine, settings.extra_args, settings.config_args)
     if chosen is not None:
         return ConcurrencyFit(None, f"{chosen}: not fitted to MAX_CONCURRENCY")
     n = settings.max_concurrency

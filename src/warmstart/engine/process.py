@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -57,10 +58,19 @@ def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> l
             if parse_bool(flag.env, raw):
                 args.append(flag.flag)
         elif flag.kind == "pair_bool":
-            args.append(flag.flag if parse_bool(flag.env, raw) else "--no-" + flag.flag[2:])
+            args.append(flag.flag if parse_bool(flag.env, raw) else flag.off_flag or "--no-" + flag.flag[2:])
+        elif flag.kind == "argv":  # a flag of several words (`nargs="+"`): the value's words, as a shell splits it
+            args += [flag.flag, *shlex.split(raw)]
         else:
             args += [flag.flag, raw]
     return args + (fit if fit is not None else fit_concurrency(settings)).args
+
+
+def vllm_flags(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
+    """Every flag vLLM will parse, in its order (argparse keeps the last): VLLM_CONFIG_FILE's, which vLLM
+    puts first (vllm/configfile.py), the engine-flag variables and the fit, then VLLM_EXTRA_ARGS. What
+    the key and the GPU count read; the command line itself gives `--config FILE` (engine_command)."""
+    return [*settings.config_args, *engine_flag_args(settings, fit), *settings.extra_args]
 
 
 # What vLLM's environment gets from the wrapper's: the variables vLLM and the libraries it runs
@@ -233,6 +243,8 @@ def engine_command(
         "--served-model-name",
         settings.served_model_name,
     ]
+    if settings.config_file is not None:  # vLLM reads it below the command line (vllm/configfile.py)
+        args += ["--config", str(settings.config_file)]
     args += engine_flag_args(settings, fit)
     args += list(settings.extra_args)  # last, so they win where argparse sees a flag twice
     return args
