@@ -113,6 +113,17 @@ def test_sigterm_while_serving_drains_the_request_in_flight_and_refuses_new_ones
         worker.stop()
 
 
+def test_a_boot_whose_vllm_fails_exits_3_and_never_says_200(tmp_path, volume, tiny_model, fake_vllm_python):
+    worker = LbWorker(volume, tmp_path, fake_vllm_python, "crash", FAKE_VLLM_MODE="crash")
+    try:
+        worker.proc.wait(120)
+        assert worker.proc.returncode == 3, worker.log[-3000:]
+        assert "warmstart | engine" in worker.log and "fake engine crashed on purpose" in worker.log
+        assert worker.first(204) is not None and worker.first(200) is None
+    finally:
+        worker.stop()
+
+
 def test_vllm_death_turns_ping_503_and_the_worker_exits_3(tmp_path, volume, tiny_model, fake_vllm_python):
     worker = LbWorker(
         volume, tmp_path, fake_vllm_python, "dying", FAKE_SERVED=tiny_model.repo_id, FAKE_VLLM_MODE="die_after=6"
