@@ -62,6 +62,10 @@ PING = "/ping"
 BOOT_REPORT = "/warmstart/boot_report"
 RETRY_AFTER_BOOTING_S = 10  # a boot takes minutes: ask again in a while
 RETRY_AFTER_STOPPING_S = 1  # another worker (or a new one) takes it: at once
+# vLLM's uvicorn closes a connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default (vllm 0.32
+# envs.py; launchers/api_server/entry.py `timeout_keep_alive=`); aiohttp keeps one pooled for 15 s. A
+# request sent on a connection that vLLM closes at that moment fails: the pool lets go of it first.
+POOLED_IDLE_S = 4.0
 # Headers a client's request may carry to vLLM. X-Request-Id: vLLM's --enable-request-id-headers.
 FORWARDED = ("Content-Type", "Accept", "Accept-Encoding", "X-Request-Id")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those aiohttp sets for the answer itself.
@@ -223,7 +227,7 @@ class Front:
             # run at once is vLLM's business (its scheduler queues), not a hidden queue here.
             self._session = ClientSession(
                 timeout=ClientTimeout(total=self.engine.request_timeout_s, sock_connect=10),
-                connector=TCPConnector(limit=0),
+                connector=TCPConnector(limit=0, keepalive_timeout=POOLED_IDLE_S),
                 auto_decompress=False,  # bytes pass as vLLM sent them, Content-Encoding and all
                 skip_auto_headers=("Accept-Encoding", "User-Agent"),
             )
