@@ -17,7 +17,8 @@ from warmstart.model import resolve
 from warmstart.reference import render_reference
 from warmstart.settings import from_env
 from warmstart.variables import BY_NAME, ENGINE_FLAGS, VARIABLES, WRAPPER_VARIABLES
-from warmstart.worker.serve import init_timeout_warning, local_api_hint
+from warmstart.worker.serve import local_api_hint
+from warmstart.worker.watchdog import init_timeout_warning
 from warmstart_dev.testmodel import write_test_model
 
 HUB = json.loads((REPO / ".runpod" / "hub.json").read_text())

@@ -1,8 +1,9 @@
 """One `warmstart serve` process in load_balancer mode (WARMSTART_ENDPOINT_TYPE), driven over HTTP.
 
 From the moment it is started, a thread polls `GET /ping` every 50 ms and records each status
-with its time since the process was launched; at the first 200 it asks `/v1/models` through the
-front at once and keeps that status too (`/ping` must not say 200 before the API answers).
+with its time since the process was launched, until the process exits; at the first 200 it asks
+`/v1/models` through the front at once and keeps that status too (`/ping` must not say 200 before
+the API answers).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,17 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
         return status, got, json.loads(raw) if raw else None
     except ValueError:
         return status, got, raw
+
+
+def assert_unhealthy_from_the_signal_on(after: list[tuple[float, int]], drained: float) -> None:
+    """`after`: /ping's answers from a SIGTERM to the exit (seconds after the signal, status; 0 for no
+    answer). A 503 within a second of the signal, while the request in flight was still served
+    (`drained`: when it ended); never 200 from then on (a 200 before it: a ping in flight at the
+    signal)."""
+    first_503 = next((t for t, status in after if status == 503), None)
+    assert first_503 is not None and first_503 < min(1.0, drained), after
+    assert {status for t, status in after if t >= first_503} <= {503, 0}, after
+    assert {status for t, status in after if t < first_503} <= {200}, after
 
 
 class LbWorker:
@@ -84,7 +97,7 @@ class LbWorker:
     def ping(self, timeout: float = 2) -> int:
         try:
             return http("GET", f"http://127.0.0.1:{self.health_port}/ping", timeout=timeout)[0]
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        except (urllib.error.URLError, HTTPException, OSError):  # no answer (a cut one too)
             return 0
 
     def _poll(self) -> None:
@@ -98,6 +111,14 @@ class LbWorker:
     def first(self, status: int) -> float | None:
         """Seconds from launch to the first /ping answer with this status."""
         return next((t for t, s in self.pings if s == status), None)
+
+    def pings_until_exit(self, sent: float, timeout: float = 120) -> list[tuple[float, int]]:
+        """The /ping answers from a signal sent at `sent` (seconds since launch) to the worker's exit,
+        as (seconds after the signal, status). It waits for the exit first: read while the worker still
+        drains (a stream may end well within a second of the signal), the list lacks what is to come."""
+        self.proc.wait(timeout)
+        self._poller.join(5)
+        return [(at - sent, status) for at, status in self.pings if at > sent]
 
     def get(self, path: str, timeout: float = 60) -> tuple:
         return http("GET", self.url + path, timeout=timeout)

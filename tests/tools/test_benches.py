@@ -163,6 +163,10 @@ def test_lb_compare_takes_each_sides_median():
     result = compare(through, straight)
     assert result["throughput_ratio"] == round(95 / 100, 3) and not result["goal_met"]
     assert result["added_median_ttft_ms"] == 2.0 and result["added_median_itl_ms"] == 0.5
+    # Round by round: 12-10, 11-10.5, 30-9.
+    assert result["paired_added_ttft_ms"] == {"median": 2.0, "min": 0.5, "max": 21.0, "runs": [2.0, 0.5, 21.0]}
+    assert result["paired_throughput_ratio"] == {"median": 0.98, "min": 0.95, "max": 1.5}
+    assert result["worker_runs_ttft_ms"] == [12, 11, 30] and result["direct_runs_ttft_ms"] == [10, 10.5, 9]
     assert compare(straight, straight)["goal_met"]
     assert not compare([*straight[:2], run(100, 10, 5, failed=1)], straight)["goal_met"]
 

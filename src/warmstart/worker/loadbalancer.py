@@ -8,7 +8,7 @@ the Runpod SDK. The order:
    answers 204 from the wrapper's first second, through the restore, the weights and vLLM's boot.
 2. The boot runs as `warmstart serve` runs it. Until vLLM serves, SIGTERM/SIGINT turn `/ping` 503
    and unwind the boot (boot.exit_on_signals: vLLM's group stopped, marker removed, lease given
-   back; exit 143/130). A boot whose vLLM fails exits EXIT_ENGINE.
+   back; exit 143/130). A boot whose vLLM fails exits EXIT_ENGINE (cli.dispatch, as in the queue).
 3. vLLM serves: the upkeep publishes and marks the key in use, the watchdog watches vLLM, and the
    front forwards; `/ping` says 200.
 4. SIGTERM/SIGINT while serving: `/ping` turns 503 and new requests get 503 at once (in the signal
@@ -26,19 +26,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from types import FrameType
 
 from .. import log
-from ..boot import Boot, exit_on_signals, run_boot
-from ..engine.process import EngineFailed
-from ..errors import EXIT_ENGINE, SettingsError
-from ..plan import plan_boot
+from ..boot import exit_on_signals
+from ..errors import SettingsError
 from ..redact import Redactor
 from ..settings import Settings
-from ..store.history import BootHistory, KeyStore
 from .front import BOOT_REPORT, Engine, Front, FrontServer
-from .upkeep import ServingUpkeep
-from .watchdog import EngineWatchdog, init_timeout_warning, stop_serving
+from .lifecycle import serving
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -117,34 +114,17 @@ def serve_http(settings: Settings, redactor: Redactor, rest: list[str]) -> int:
     if rest:
         log.warning("serve", "ignored in load_balancer mode: %s", " ".join(rest))
     while_booting(front)
-
-    boot: Boot | None = None
-    upkeep: ServingUpkeep | None = None
-    watchdog: EngineWatchdog | None = None
-    try:
-        plan = plan_boot(settings)
-        history: BootHistory = KeyStore(plan.layout, plan.key).history()
-        if (warning := init_timeout_warning(settings, history.ready_times())) is not None:
-            log.warning("timeout", "%s", warning)
-        try:
-            boot, report = run_boot(plan, redactor, publish_now=False)
-        except EngineFailed as exc:
-            log.error("engine", "%s", redactor.text(str(exc)))
-            return EXIT_ENGINE
-        if report.ready_s is not None and (warning := init_timeout_warning(settings, [report.ready_s])) is not None:
-            log.warning("timeout", "%s", warning)
-
-        assert boot.engine is not None
-        upkeep = ServingUpkeep(boot, report, interval_s=settings.serve_publish_s)
-        boot.on_serving_line = upkeep.on_line
-        upkeep.start()  # the first publish, right after ready, without holding requests back
-        watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s, before_exit=upkeep.final)
+    with ExitStack() as leaving:  # undone last to first
+        leaving.callback(server.stop)
+        leaving.callback(front.stop)  # a boot that failed or was stopped: /ping 503 until the port closes
+        worker = leaving.enter_context(serving(settings, redactor))  # on the way out: stop_serving
+        leaving.callback(front.stop)  # /ping 503 before vLLM stops, whatever ends the serving
         stop = threading.Event()
         while_serving(front, stop)
-        watchdog.start()
-        front.boot_report = upkeep.served_report
-        engine = Engine(boot.engine.base_url, settings.engine_api_key is not None, settings.request_timeout_s)
-        front.serve(engine, watchdog.failure_message)
+        worker.watchdog.start()
+        front.boot_report = worker.upkeep.served_report
+        engine = Engine(worker.base_url, settings.engine_api_key is not None, settings.request_timeout_s)
+        front.serve(engine, worker.watchdog.failure_message)
         host = "localhost" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
         base = f"http://{host}:{server.ports[0]}"
         log.info(
@@ -157,7 +137,3 @@ def serve_http(settings: Settings, redactor: Redactor, rest: list[str]) -> int:
             pass
         drain(front, settings.drain_s)
         return 0
-    finally:
-        front.stop()
-        stop_serving(boot, upkeep, watchdog)
-        server.stop()

@@ -37,6 +37,11 @@ ROUTES: Mapping[str, frozenset[str]] = {
     "/detokenize": frozenset({"POST"}),
 }
 
+# vLLM's uvicorn closes a connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default (vllm 0.32
+# envs.py; launchers/api_server/entry.py `timeout_keep_alive=`); aiohttp keeps one pooled for 15 s. A
+# request sent on a connection that vLLM closes at that moment fails (with a large body, aiohttp's
+# "Can not write request body"): both fronts' pools let go of a connection first.
+POOLED_IDLE_S = 4.0
 MAX_BODY_BYTES = 20 * 1024 * 1024  # JSON bytes sent to vLLM; Runpod's own /runsync limit is 20 MB
 MAX_DEPTH = 64  # nested objects/arrays in a body; OpenAI bodies (tools' JSON schemas included) stay far below
 SHOWN_CHARS = 80  # how much of a refused value an error message quotes

@@ -15,10 +15,10 @@ run_boot stops vLLM's group, removes the marker, gives back the lease). The Runp
 replaces those handlers with its own (runpod 1.12 serverless/modules/rp_scale.py
 `JobScaler.start`: `signal.signal(signal.SIGTERM, self.handle_shutdown)`, which sets the
 shutdown event so that `start()` returns; for the local API server uvicorn captures them and
-re-raises them once it has shut down, `Server.capture_signals`, reaching ours); the `finally`
-below then stops vLLM's process group and runs the serving upkeep's final publish. A wrapper
-killed outright still takes vLLM with it (the engine's parent-death signal); what it compiled
-while serving reached the store with the periodic publish (worker/upkeep.py).
+re-raises them once it has shut down, `Server.capture_signals`, reaching ours); leaving
+`lifecycle.serving` then stops vLLM's process group and runs the serving upkeep's final
+publish. A wrapper killed outright still takes vLLM with it (the engine's parent-death signal);
+what it compiled while serving reached the store with the periodic publish (worker/upkeep.py).
 """
 
 from __future__ import annotations
@@ -30,16 +30,12 @@ import sys
 import threading
 import time
 
-from warmstart.boot import Boot, exit_on_signals, run_boot
-from warmstart.plan import plan_boot
-
 from .. import log
+from ..boot import exit_on_signals
 from ..redact import Redactor
 from ..settings import from_env
-from ..store.history import BootHistory, KeyStore
 from .handler import JobHandler, make_handler
-from .upkeep import ServingUpkeep
-from .watchdog import EngineWatchdog, init_timeout_warning, stop_serving
+from .lifecycle import serving
 
 
 def local_api_hint(rest: list[str]) -> str:
@@ -95,35 +91,16 @@ def main(args: argparse.Namespace) -> int:
     # The SDK's import takes seconds (a few of CPU, more on a busy host): done while vLLM boots.
     sdk = threading.Thread(target=importlib.import_module, args=("runpod",), name="import-runpod", daemon=True)
     sdk.start()
-
-    plan = plan_boot(settings)
-    history: BootHistory = KeyStore(plan.layout, plan.key).history()
-    if (warning := init_timeout_warning(settings, history.ready_times())) is not None:
-        log.warning("timeout", "%s", warning)
-
-    boot: Boot | None = None
-    watchdog: EngineWatchdog | None = None
-    upkeep: ServingUpkeep | None = None
-    try:
-        # vLLM that exits or never becomes ready raises EngineFailed: cli.dispatch writes its line, exit 3.
-        boot, report = run_boot(plan, redactor, publish_now=False)
-        if report.ready_s is not None and (warning := init_timeout_warning(settings, [report.ready_s])) is not None:
-            log.warning("timeout", "%s", warning)
-
-        assert boot.engine is not None
-        upkeep = ServingUpkeep(boot, report, interval_s=settings.serve_publish_s)
-        boot.on_serving_line = upkeep.on_line
-        upkeep.start()  # the first publish, right after ready, without holding jobs back
-        watchdog = EngineWatchdog(boot, grace_s=settings.exit_grace_s, before_exit=upkeep.final)
+    with serving(settings, redactor) as worker:
         state = JobHandler(
-            base_url=boot.engine.base_url,
+            base_url=worker.base_url,
             served_model=settings.served_model_name,
             request_timeout_s=settings.request_timeout_s,
-            boot_report=upkeep.served_report,
-            engine_failure=watchdog.failure_message,
+            boot_report=worker.upkeep.served_report,
+            engine_failure=worker.watchdog.failure_message,
             api_key=settings.engine_api_key,
         )
-        watchdog.start()
+        worker.watchdog.start()
         rest = list(getattr(args, "rest", []))
         sdk.join()  # imported while vLLM booted
         import runpod
@@ -145,13 +122,11 @@ def main(args: argparse.Namespace) -> int:
         runpod.serverless.start(
             {
                 "handler": make_handler(state),
-                "concurrency_modifier": watchdog.concurrency(settings.max_concurrency),
+                "concurrency_modifier": worker.watchdog.concurrency(settings.max_concurrency),
                 "return_aggregate_stream": True,
             }
         )
         return 0
-    finally:
-        stop_serving(boot, upkeep, watchdog)
 
 
 _PAYLOAD_LEVELS = ("NOTSET", "TRACE", "DEBUG")  # runpod's levels at which job inputs/outputs are logged

@@ -104,19 +104,3 @@ class EngineWatchdog:
                 log.warning("publish", "final publish failed: %s", self.boot.redactor.text(str(exc)))
         logging.shutdown()
         self.exit_fn(EXIT_ENGINE)
-
-
-def stop_serving(boot: Boot | None, upkeep: Any, watchdog: EngineWatchdog | None) -> None:
-    """The end of a worker, for both fronts: the watchdog told it is no death, vLLM's group stopped,
-    then the final publish of what vLLM compiled while serving (or, before ready, the boot's abort).
-    Shutdown is short, so the publish's waits are too; one cut off by the kill leaves only temporaries."""
-    if watchdog is not None:
-        watchdog.stopping = True
-    if boot is None:
-        return
-    log.info("serve", "stopping vLLM")
-    boot.stop()
-    if upkeep is not None:
-        upkeep.final()
-    else:
-        boot.abort()
