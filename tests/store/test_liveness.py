@@ -143,6 +143,7 @@ def test_the_serving_upkeep_renews_its_marker_on_the_volumes_clock(tmp_path):
     the file's mtime, so a worker that has served past the TTL keeps its key."""
     from types import SimpleNamespace
 
+    from warmstart.report.model import BootReport
     from warmstart.store.layout import VolumeLayout
     from warmstart.store.markers import live_boot_keys
     from warmstart.worker.upkeep import MARKER_TTL_S, ServingUpkeep
@@ -155,7 +156,8 @@ def test_the_serving_upkeep_renews_its_marker_on_the_volumes_clock(tmp_path):
         tiers=(),
     )
     boot = SimpleNamespace(plan=plan, worker="worker-1", store=None, marker=None, published=None)
-    keeper = ServingUpkeep(boot, {}, interval_s=60.0)  # type: ignore[arg-type]
+    report = BootReport(None, None, None, None, None, {}, {}, None)
+    keeper = ServingUpkeep(boot, report, interval_s=60.0)  # type: ignore[arg-type]
     keeper.mark_serving()
     marker = boot.marker
     assert live_boot_keys(layout) == {"key-1"}
