@@ -230,6 +230,36 @@ def test_a_path_that_turned_from_a_file_into_a_directory_keeps_the_key_restorabl
     assert (dest / "inductor/a/k.so").read_bytes() == b"k"
 
 
+@pytest.mark.parametrize("compacting", [False, True])
+def test_a_stale_restored_file_does_not_undo_another_workers_newer_directory(store, tmp_path, compacting):
+    """Found by the 200-round soak (round 112, S3): worker A turned `p` into `p/q` and published; worker B,
+    which had restored `p` as a file before that, published after A and its stale copy of `p` won the
+    conflict, so A's `p/q`, finished before A's publish, left the union. The newer form wins, whoever
+    publishes last: a restored file carries its generation's mtime, older than what A wrote."""
+    a = tmp_path / "a" / "cache"
+    write(a, "inductor/shared/p", b"a file first")
+    assert publish(store, a, publisher="a", lease_wait_s=0).status == "published"
+    b = tmp_path / "b" / "cache"
+    assert restore(store, b, reader="b").generation == 1  # B holds `p` as a file, as restored
+    if compacting:  # B's next publish will be a compaction: it repacks all of its local files
+        for n in range(MAX_BUNDLES - 2):
+            write(a, f"inductor/a/n{n}.so", os.urandom(50))
+            assert publish(store, a, publisher="a", lease_wait_s=0).status == "published"
+    (a / "inductor/shared/p").unlink()
+    time.sleep(0.01)  # A's new form is written after the restore copied `p`'s recorded mtime
+    write(a, "inductor/shared/p/q", b"then a directory")
+    assert publish(store, a, publisher="a", lease_wait_s=0).status == "published"
+    write(b, "inductor/b/k.so", b"b's own kernel")
+    result = publish(store, b, publisher="b", lease_wait_s=0)
+    assert result.status == "published" and ("compacting" in result.detail) == compacting, result.detail
+    newest = store.load(result.generation)
+    assert "inductor/shared/p/q" in newest.files and "inductor/shared/p" not in newest.files
+    assert "inductor/b/k.so" in newest.files
+    dest = tmp_path / "c" / "cache"
+    assert restore(store, dest, reader="c").generation == result.generation
+    assert (dest / "inductor/shared/p/q").read_bytes() == b"then a directory"
+
+
 def test_a_compaction_keeps_a_base_file_that_is_open_for_writing_locally(store, tmp_path):
     """Finding 5: a file the base holds, open for writing here, was neither carried (a local copy
     exists) nor packed (not stable): the compaction dropped it from the union."""

@@ -88,6 +88,9 @@ def plan_publish(store: BundleStore, local: Path, *, distrust: Iterable[str] = (
     distrusted = frozenset(distrust)
     if base is None:
         return PublishPlan(None, local_files, True, f"no generation in the {store.kind} store yet")
+    # A path that is a file here and a directory in the store (or the other way round) keeps its newer
+    # form: a copy restored before another worker changed it must not undo that change.
+    local_files = {p: v for p, v in local_files.items() if p not in older_forms(local_files, base.files)}
     carry = without_conflicts(
         {
             p: f
@@ -199,7 +202,9 @@ def _on_top_of(
     newest: Generation, new_entries: Mapping[str, FileEntry]
 ) -> tuple[dict[str, FileEntry], tuple[BundleRef, ...]]:
     """A generation published since the plan: its union, with this publish's files where it lacks
-    them (its own version of a path wins: it was published first)."""
+    them (its own version of a path wins: it was published first; of a file and a directory, the newer)."""
+    stale = older_forms({p: (e.size, e.mtime_ns) for p, e in new_entries.items()}, newest.files)
+    new_entries = {p: e for p, e in new_entries.items() if p not in stale}
     entries = without_conflicts(newest.files, new_entries)
     for rel, entry in new_entries.items():
         entries.setdefault(rel, entry)
@@ -226,6 +231,23 @@ def without_conflicts(entries: Mapping[str, FileEntry], newer: Iterable[str]) ->
         for p, f in entries.items()
         if p in newer or (p not in newer_dirs and not any(parent in newer for parent in _parents(p)))
     }
+
+
+def older_forms(local: Mapping[str, tuple[int, int]], stored: Mapping[str, FileEntry]) -> set[str]:
+    """Local paths (size, mtime_ns) whose other form in the store, the same path as a directory or a
+    parent of it as a file, was written later. A restored file keeps its generation's recorded mtime, so
+    a stale copy is older than what replaced it; a form written here since is newer and stays."""
+    stored_dirs: dict[str, int] = {}
+    for rel, entry in stored.items():
+        for parent in _parents(rel):
+            stored_dirs[parent] = max(stored_dirs.get(parent, 0), entry.mtime_ns)
+    older = set()
+    for rel, (_, mtime_ns) in local.items():
+        if rel in stored_dirs and stored_dirs[rel] > mtime_ns:  # a file here, a newer directory there
+            older.add(rel)
+        elif any(parent in stored and stored[parent].mtime_ns > mtime_ns for parent in _parents(rel)):
+            older.add(rel)  # under a directory here, where the store holds a newer file
+    return older
 
 
 def _parents(rel: str) -> list[str]:
