@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
 from .flagtypes import FLAGS
 
 
@@ -30,6 +28,9 @@ class ConfigFileError(ValueError):
 def config_file_args(path: Path) -> tuple[str, ...]:
     """The flags `--config path` stands for, in the file's order, as vLLM's `load_config_file` makes them."""
     extension = str(path).split(".")[-1]
+    # Imported here: the GPU check runs the wrapper's modules on the standard library alone (`python -S`).
+    import yaml
+
     if extension not in ("yaml", "yml"):
         raise ConfigFileError(f"must be a .yaml or .yml file, as vLLM requires ({extension!r} given)")
     try:
