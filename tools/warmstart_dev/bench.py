@@ -230,9 +230,12 @@ def main(args: argparse.Namespace) -> int:
 
         result = bench_lb(
             Path(args.workdir).resolve(),
+            engine=args.engine,
             concurrencies=tuple(int(c) for c in args.concurrency.split(",")),
             rounds=args.rounds,
             num_prompts=args.prompts,
+            first_chunk_ms=args.first_chunk_ms,
+            chunk_interval_ms=args.chunk_interval_ms,
         )
     elif args.bench == "serve":
         from .servebench import bench_api, bench_serve

