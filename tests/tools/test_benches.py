@@ -6,17 +6,21 @@ a changed signature was once found only by its own 18-minute run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 from warmstart_dev.bench import boot_goal_met
 from warmstart_dev.lbbench import compare, lb_goal_met
+from warmstart_dev.scriptedengine import make_app
 from warmstart_dev.servebench import serve_goal_met
 from warmstart_dev.siblingsbench import siblings_goal_met
 from warmstart_dev.volumebench import read_goals
@@ -101,6 +105,53 @@ def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm
         "ready_not_above_bare_prefetch",
     }
     assert isinstance(result["goal_met"], bool)
+
+
+def test_bench_lb_scripted_relays_vllms_client_through_the_real_worker(tmp_path, vllm_python):
+    """The relay-only mode: vLLM's own client (from vLLM's environment) through `warmstart serve`
+    with the scripted engine in vLLM's place, and straight to it. Every request answered, and the
+    scripted pace seen through both: no first token before the first chunk's wait."""
+    result = run_bench(
+        tmp_path,
+        vllm_python,
+        "lb",
+        *("--engine", "scripted", "--rounds", "1", "--prompts", "8", "--concurrency", "2"),
+        *("--first-chunk-ms", "20", "--chunk-interval-ms", "2"),
+    )
+    assert result["benchmark"] == "lb" and result["rounds"] == 1 and result["num_prompts"] == 8
+    assert result["engine"].startswith("scripted") and "not a figure of vLLM" in result["engine"]
+    assert (result["first_chunk_ms"], result["chunk_interval_ms"]) == (20.0, 2.0)
+    (name,) = [k for k in result if k.startswith("concurrency_")]
+    assert name == "concurrency_2"
+    side = result[name]
+    assert side["failed"] == 0
+    assert side["worker_median_ttft_ms"] >= 20 and side["direct_median_ttft_ms"] >= 20
+    assert side["worker_output_tok_s"] > 0 and side["direct_output_tok_s"] > 0
+    assert len(side["worker_runs_tok_s"]) == len(side["paired_added_ttft_ms"]["runs"]) == 1
+    assert isinstance(result["goal_met"], bool)
+
+
+def test_scripted_engine_streams_chat_as_vllms_benchmark_client_reads_it():
+    """One chunk per requested token with `choices[0].delta.content`, then the usage alone (the
+    client's output length), then [DONE]; the first chunk only after the first chunk's wait."""
+
+    async def stream() -> tuple[float, list[str]]:
+        app = make_app(None, 3, first_chunk_s=0.05, chat_deltas=True)
+        async with TestClient(TestServer(app)) as client:
+            body = {"model": "any", "messages": [], "max_completion_tokens": 4, "stream": True}
+            start = time.perf_counter()
+            resp = await client.post("/v1/chat/completions", json={**body, "stream_options": {"include_usage": True}})
+            first = await resp.content.readline()
+            waited = time.perf_counter() - start
+            rest = (await resp.read()).decode()
+        return waited, [first.decode().strip(), *(m.strip() for m in rest.split("\n\n") if m.strip())]
+
+    waited, messages = asyncio.run(stream())
+    assert waited >= 0.05 and messages[-1] == "data: [DONE]"
+    chunks = [json.loads(m.removeprefix("data: ")) for m in messages[:-1]]
+    assert [c["choices"][0]["delta"].get("content") for c in chunks[:-1]] == [" t"] * 4
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "length"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"completion_tokens": 4}
 
 
 # The goals, judged on figures on either side of them (the runs above only show they are reported).
