@@ -15,6 +15,17 @@ from helpers.run import HELPERS, MODEL_ID, real_vllm_python
 from warmstart_dev.testmodel import TinyModel, write_test_model
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that boot real vLLM first, the rest after, each file's tests in their own order.
+
+    `make test` runs a file at a time on each of two workers (`--dist loadfile`), handing out files
+    in this order as workers free up: the long files first and the short ones last fill both
+    workers to the end, where in path order the real-vLLM files of worker/ and vllm/ came last and
+    one worker idled for minutes while the other finished them."""
+    boots = {item.path for item in items if "vllm_python" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.path not in boots)  # stable: the order within a file is kept
+
+
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
     return real_vllm_python()

