@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -228,6 +229,73 @@ def test_a_path_that_turned_from_a_file_into_a_directory_keeps_the_key_restorabl
     assert (result.generation, result.problems) == (store.generation_numbers()[-1], ()), result.problems
     assert (dest / "inductor/shared/p/q").read_bytes() == b"then a directory"
     assert (dest / "inductor/a/k.so").read_bytes() == b"k"
+
+
+PUBLISHER = """
+import json, logging, sys
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+from warmstart.store.publish import publish
+from warmstart.store.volume import StagedStore
+result = publish(StagedStore(Path(sys.argv[1])), Path(sys.argv[2]), publisher=sys.argv[3], lease_wait_s=0)
+print(json.dumps({"status": result.status, "generation": result.generation, "detail": result.detail}), flush=True)
+"""
+
+
+def publisher(root: Path, local: Path, who: str, **env: str) -> subprocess.Popen[str]:
+    """A worker's publish of `local` into the store at `root`, pid 1 of its own pid namespace."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PUBLISHER, str(root), str(local), who]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("remover", ["sibling", "anything"])
+def test_a_compaction_keeps_its_carried_copies_while_a_cache_sharing_worker_publishes(store, tmp_path, remover):
+    """Found by the 200-round soak (round 115, S3): two workers share one local cache, each pid 1 of its
+    own container. A, cold, compacts into S3: it copies the base's files out of the store beside the
+    cache to repack them. B publishes to the volume meanwhile and, at its start and end, cleared the
+    same `<cache>.compacting-1`: A's copies went missing and its union forgot them (394 paths). Each
+    publish now has its own; and copies that go missing all the same (`anything`: here the test
+    removes them) are carried again after packing, as a base file that changed locally is."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root: it makes pid namespaces (unshare --pid)")
+    source = local_cache(tmp_path, "a", files=3)
+    for n in range(MAX_BUNDLES):
+        write(source, f"inductor/a/n{n}.so", os.urandom(100))
+        assert publish(store, source, publisher="a", lease_wait_s=0).status == "published"
+    shared = tmp_path / "shared" / "cache"
+    write(shared, "inductor/cold/new.so", b"compiled by the cold worker")
+    resume = tmp_path / "resume"
+    a = publisher(
+        store.root,
+        shared,
+        "a",
+        WARMSTART_TEST_STEPS="1",
+        WARMSTART_TEST_PAUSE_AT="publish:carried",
+        WARMSTART_TEST_RESUME=str(resume),
+    )
+    try:
+        wait_for_line(a.stderr, "step     | publish:carried")  # A holds the base's files, copied out
+        if remover == "sibling":
+            other = StagedStore(tmp_path / "other-volume" / "key" / "staged")
+            b = publisher(other.root, shared, "b")
+            b_out, b_err = b.communicate(timeout=120)
+            assert b.returncode == 0 and json.loads(b_out)["status"] == "published", b_err[-3000:]
+        else:
+            (copies,) = shared.parent.glob("cache.compacting-*")
+            shutil.rmtree(copies)
+        resume.touch()
+        a_out, a_err = a.communicate(timeout=120)
+    finally:
+        a.kill()
+    assert a.returncode == 0, a_err[-3000:]
+    result = json.loads(a_out)
+    assert result["status"] == "published" and "compacting" in result["detail"], result
+    newest = store.load(result["generation"])
+    assert set(newest.files) == set(tree(source)) | {"inductor/cold/new.so"}, "the union forgot what its base held"
+    dest = tmp_path / "check" / "cache"
+    assert restore(store, dest, reader="check").generation == result["generation"]
+    assert tree(dest) == tree(source) | {"inductor/cold/new.so": b"compiled by the cold worker"}
+    assert not list(shared.parent.glob("cache.compacting-*")), "each publish removed its own copies"
 
 
 @pytest.mark.parametrize("compacting", [False, True])

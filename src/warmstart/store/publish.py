@@ -43,6 +43,7 @@ from .bundle import (
 from .bundlegc import collect_garbage
 from .extract import extract_bundle
 from .pack import Packed, file_sha256, open_for_writing, pack_bundle
+from .swap import process_token
 
 MAX_BUNDLES = 8  # more deltas than this and the next publish writes one full bundle
 
@@ -186,14 +187,15 @@ def _fetch_carry(store: BundleStore, plan: PublishPlan, carry: Mapping[str, File
 
 
 def _lost_in_compaction(plan: PublishPlan, packed: Mapping[str, object]) -> dict[str, FileEntry]:
-    """A compaction's base files that are in neither the packed local files nor the carry: open for
-    writing here or gone since the scan. They keep their base version (carried after packing)."""
+    """A compaction's base files that did not make it into the packed bundle: a local file open for
+    writing here or gone since the scan, or a carried copy that went missing before it was packed.
+    They keep their base version (carried again after packing)."""
     if not plan.full or plan.base is None:
         return {}
     lost = {
         p: f
         for p, f in plan.base.files.items()
-        if p not in packed and p not in plan.carry and f.bundle not in plan.distrusted and not is_temporary(p)
+        if p not in packed and f.bundle not in plan.distrusted and not is_temporary(p)
     }
     return without_conflicts(lost, packed)
 
@@ -265,11 +267,16 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
             detail=f"the {store.kind} store's generation already holds every local file",
         )
     store.create()
-    carried = local.with_name(local.name + f".compacting-{os.getpid()}")
+    # Beside the cache, named by this process's token (pid and a random part): two workers sharing a
+    # local cache in two containers are both pid 1, and a pid alone let one publish remove the
+    # other's carried copies midway (found by the 200-round soak at round 115: a cold worker's
+    # S3 compaction, while its cache-sharing sibling published to the volume, forgot 394 paths).
+    carried = local.with_name(f"{local.name}.compacting-{process_token()}")
     shutil.rmtree(carried, ignore_errors=True)
     refs: list[BundleRef] = []
     try:
         roots = _fetch_carry(store, plan, plan.carry, carried) if plan.carry else {}
+        step("publish:carried")
         # Files may have changed since the plan's scan: what is packed is what held still meanwhile.
         ref, packed = _write_bundle(store, local, [*plan.files, *roots], roots)
         files = dict(packed.files)
@@ -278,6 +285,9 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
         if lost:  # carried after packing: a base file open for writing here, or gone since the scan
             more = _fetch_carry(store, plan, lost, carried / "after")
             extra, extra_packed = _write_bundle(store, local, list(more), more)
+            if len(extra_packed.files) != len(lost):  # never a union that forgets what its base held
+                unpacked = sorted(set(lost) - set(extra_packed.files))
+                raise StoreError(f"compaction could not pack {len(unpacked)} base files, e.g. {unpacked[0]}")
             if extra is not None:
                 refs.append(extra)
                 entries_extra = {p: (*v, extra.name) for p, v in extra_packed.files.items()}

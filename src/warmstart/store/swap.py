@@ -38,15 +38,17 @@ def staging_dir(dest: Path, kind: str) -> Path:
 
 def clear_leftovers(dest: Path) -> None:
     """Remove what other restores into `dest` left beside it: `<dest>.restoring-<token>-<store>` (a
-    staging directory, complete or not) and `<dest>.replaced-<token>` (the cache it replaced). Run
-    only under the cache's exclusive lock: no other process restores into `dest` meanwhile, so each
-    is a dead restore's. This process keeps its own: a tier's restore that its deadline left
-    behind may still be writing into its staging directory, and removes it itself (`replace_cache`)."""
+    staging directory, complete or not) and `<dest>.replaced-<token>` (the cache it replaced), and
+    what a killed compaction left, `<dest>.compacting-<token>` (store/publish.py's carried copies).
+    Run only under the cache's exclusive lock: no other process restores into or publishes from
+    `dest` meanwhile (a worker that uses the cache holds the shared lock), so each is a dead one's.
+    This process keeps its own: a tier's restore that its deadline left behind may still be writing
+    into its staging directory, and removes it itself (`replace_cache`)."""
     own = process_token()
     for path in dest.parent.glob(f"{glob.escape(dest.name)}.*-*"):
         kind, _, rest = path.name[len(dest.name) + 1 :].partition("-")
         token = rest.partition("-")[0] if kind == "restoring" else rest
-        if kind not in ("restoring", "replaced") or token == own:
+        if kind not in ("restoring", "replaced", "compacting") or token == own:
             continue
         shutil.rmtree(path, ignore_errors=True)
 
