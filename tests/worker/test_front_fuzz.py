@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from helpers.hostile import json_values, mutated_route
@@ -124,13 +124,19 @@ bodies = st.none() | json_values.map(encode) | st.binary(max_size=64)
     database=None,
 )
 @given(target=targets, method=verbs, body=bodies)
+@example(target=" /v1/models", method="GET", body=None)  # found: the parser reads `/v1/models`
+@example(target="  /sleep ", method="POST", body=b"{}")
 def test_any_request_is_answered_and_only_allowlisted_ones_reach_the_engine(front, target, method, body):
     port, state = front
     Recorder.seen.clear()
     raw_target = target.encode("utf-8", errors="surrogatepass")
     status, content_type, answer = send_raw(port, method.encode(), raw_target, body)
     assert status < 500, (target, method, status, answer[:300])
-    forwardable = target in ROUTES and method in ROUTES[target]
+    # The target as the front's HTTP parser reads it: aiohttp's (llhttp) splits the request line on runs
+    # of spaces, as RFC 9112 section 3 lets a recipient do, so `GET  /v1/models` asks for `/v1/models`
+    # (found by this test: the front forwarded it, rightly). The front compares what the parser gives.
+    effective = target.strip(" ")
+    forwardable = " " not in effective and effective in ROUTES and method in ROUTES[effective]
     if method == "POST" and forwardable:
         try:
             value = json.loads(body or b"")
@@ -139,7 +145,7 @@ def test_any_request_is_answered_and_only_allowlisted_ones_reach_the_engine(fron
             forwardable = False
     if forwardable:
         ((seen_method, seen_path, seen_body, seen_headers),) = Recorder.seen
-        assert (seen_method, seen_path) == (method, target)
+        assert (seen_method, seen_path) == (method, effective)
         assert seen_body == ((body or b"") if method == "POST" else b"")
         assert "Authorization" not in seen_headers
         assert status == 200
