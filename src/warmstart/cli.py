@@ -49,6 +49,10 @@ def cmd_key(args: argparse.Namespace) -> int:
         print(f"  dir: {described['key_dir']}")
         for name, value in described["env"].items():
             print(f"  {name}={value}")
+        # What a boot would warn about (a variable that changes nothing, a removed flag): someone
+        # checking the key before a deploy wants them here, not first in the worker's log.
+        for warning in described["warnings"]:
+            print(f"  warning: {warning}")
     return 0
 
 

@@ -42,3 +42,12 @@ def test_key_writes_nothing_to_the_volume(tmp_path, volume, tiny_model, fake_vll
     after = sorted(p.relative_to(volume).as_posix() for p in volume.rglob("*"))
     assert after == before
     assert not (volume / "warmstart").exists()
+    assert "warning:" not in result.stdout
+
+
+def test_key_prints_what_a_boot_would_warn_about(tmp_path, volume, tiny_model, fake_vllm_python):
+    env = base_env(volume, fake_vllm_python, tmp_path, MAX_MODEL_LENGTH="256")
+    result = run_warmstart(["key"], env, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if "warning:" in line]
+    assert "MAX_MODEL_LENGTH" in line and "did you mean MAX_MODEL_LEN?" in line
