@@ -117,6 +117,17 @@ def add_pace_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-deltas", action="store_true", help="chat streams shaped as vLLM's, a chunk a token")
 
 
+def paced_app(served: str | None, chunks: int, pace: argparse.Namespace) -> web.Application:
+    """`make_app` with the options `add_pace_args` parsed (milliseconds on the command line)."""
+    return make_app(
+        served,
+        chunks,
+        first_chunk_s=pace.first_chunk_ms / 1000,
+        chunk_interval_s=pace.chunk_interval_ms / 1000,
+        chat_deltas=pace.chat_deltas,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -125,13 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served", default="fake", help="the model name the server accepts")
     add_pace_args(parser)
     args = parser.parse_args(argv)
-    app = make_app(
-        args.served,
-        args.chunks,
-        first_chunk_s=args.first_chunk_ms / 1000,
-        chunk_interval_s=args.chunk_interval_ms / 1000,
-        chat_deltas=args.chat_deltas,
-    )
+    app = paced_app(args.served, args.chunks, args)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
 
 
@@ -167,13 +172,7 @@ def serve_as_vllm(pace: list[str]) -> None:
         with open(os.path.join(cache, "scripted-kernel.so"), "wb") as handle:
             handle.write(b"\0" * 4096)
     say("init engine (profile, create kv cache, warmup model) took 0.10 s")
-    app = make_app(
-        known.served_model_name[0] if known.served_model_name else None,
-        3,
-        first_chunk_s=opts.first_chunk_ms / 1000,
-        chunk_interval_s=opts.chunk_interval_ms / 1000,
-        chat_deltas=opts.chat_deltas,
-    )
+    app = paced_app(known.served_model_name[0] if known.served_model_name else None, 3, opts)
     sock = socket.create_server((known.host, known.port))  # bound before the lines that say it serves
     say(f"Starting vLLM server on http://{known.host}:{known.port}")
     print("INFO:     Application startup complete.", flush=True)
