@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 from warmstart_dev.bench import boot_goal_met
-from warmstart_dev.lbbench import compare, lb_goal_met
+from warmstart_dev.lbbench import children, compare, cpu_seconds, lb_goal_met, split_cores
 from warmstart_dev.scriptedengine import make_app
 from warmstart_dev.servebench import serve_goal_met
 from warmstart_dev.siblingsbench import siblings_goal_met
@@ -107,17 +109,21 @@ def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm
     assert isinstance(result["goal_met"], bool)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--front-core needs 2 usable cores")
 def test_bench_lb_scripted_relays_vllms_client_through_the_real_worker(tmp_path, vllm_python):
     """The relay-only mode: vLLM's own client (from vLLM's environment) through `warmstart serve`
     with the scripted engine in vLLM's place, and straight to it. Every request answered, and the
-    scripted pace seen through both: no first token before the first chunk's wait."""
+    scripted pace seen through both: no first token before the first chunk's wait. With the front on
+    a core of its own, and each side's CPU per request read from /proc."""
     result = run_bench(
         tmp_path,
         vllm_python,
         "lb",
-        *("--engine", "scripted", "--rounds", "1", "--prompts", "8", "--concurrency", "2"),
+        *("--engine", "scripted", "--rounds", "1", "--prompts", "8", "--concurrency", "2", "--front-core"),
         *("--first-chunk-ms", "20", "--chunk-interval-ms", "2"),
     )
+    usable = os.sched_getaffinity(0)
+    assert result["cores"] == {"front": [max(usable)], "client_and_engine": sorted(usable - {max(usable)})}
     assert result["benchmark"] == "lb" and result["rounds"] == 1 and result["num_prompts"] == 8
     assert result["engine"].startswith("scripted") and "not a figure of vLLM" in result["engine"]
     assert (result["first_chunk_ms"], result["chunk_interval_ms"]) == (20.0, 2.0)
@@ -128,7 +134,33 @@ def test_bench_lb_scripted_relays_vllms_client_through_the_real_worker(tmp_path,
     assert side["worker_median_ttft_ms"] >= 20 and side["direct_median_ttft_ms"] >= 20
     assert side["worker_output_tok_s"] > 0 and side["direct_output_tok_s"] > 0
     assert len(side["worker_runs_tok_s"]) == len(side["paired_added_ttft_ms"]["runs"]) == 1
+    # Both relay 8 streams of 32 chunks: neither is free, neither took a whole second per request.
+    assert 0 < side["wrapper_cpu_ms_per_relayed_request"] < 1000
+    assert 0 < side["engine_cpu_ms_per_request"] < 1000
     assert isinstance(result["goal_met"], bool)
+
+
+def test_split_cores_gives_the_front_one_core_and_needs_two():
+    assert split_cores({0, 1}) == ({1}, {0})
+    assert split_cores({2, 5, 7}) == ({7}, {2, 5})
+    with pytest.raises(ValueError, match="at least 2 usable cores"):
+        split_cores({3})
+
+
+def test_cpu_seconds_counts_a_processs_threads_and_children_finds_its_own():
+    """What the lb bench reads of the wrapper and of the engine: a child that spins for half a
+    second shows about that much CPU, and is the child of this process."""
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ninput()"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE, text=True)
+    try:
+        assert child.pid in children(os.getpid())
+        deadline = time.monotonic() + 30
+        while cpu_seconds(child.pid) < 0.45 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.45 <= cpu_seconds(child.pid) < 5
+    finally:
+        child.communicate("")
+    assert child.pid not in children(os.getpid())
 
 
 def test_scripted_engine_streams_chat_as_vllms_benchmark_client_reads_it():

