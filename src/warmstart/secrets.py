@@ -100,8 +100,10 @@ def secret_values_in(occurrences: Iterable[tuple[str | None, tuple[str, ...]]]) 
 MIN_MASKED_ANYWHERE = 6
 
 # `scheme://user:password@host`: a password in a URL is a secret whatever variable it came from
-# (a mirror's HF_ENDPOINT, a proxy), and is masked even where its value is not known.
-URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#@]+@")
+# (a mirror's HF_ENDPOINT, a proxy), and is masked even where its value is not known. A scheme starts where
+# no scheme character precedes it: with `\b` every letter of `a.a.a.a...` was a start, each scanning the run to
+# its end, quadratic in a line's length (issue 37: the reader thread redacts every vLLM line).
+URL_PASSWORD = re.compile(r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#@]+@")
 
 # A run of base64 characters long enough to hold an encoded secret (Basic auth: user:secret).
 BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")

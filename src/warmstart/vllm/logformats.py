@@ -14,6 +14,138 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# How much of a line the markers read. vLLM's longest lines are its engine config (3-8 KB on a GPU, longer with a
+# compilation config); a line past this is still echoed whole, only its head is read. Matching is linear in
+# what is read (FormatMatcher), so the cap bounds the cost of one line, never what a person sees.
+MATCH_CAP = 1 << 17
+# A message whose first words occur many times in one line is looked for at its first occurrences only.
+MAX_STARTS = 16
+
+_CONVERSION = re.compile(r"%(?:\.\d+)?[sdf%]")
+_NUMBER = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
+_NUMBER_AT = re.compile(_NUMBER)
+
+
+@dataclass(frozen=True)
+class FormatMatch:
+    """Where a message was found in a line, and its captures (the part of re.Match that callers read)."""
+
+    span: tuple[int, int]
+    captured: tuple[str, ...]
+
+    def groups(self) -> tuple[str, ...]:
+        return self.captured
+
+    def start(self) -> int:
+        return self.span[0]
+
+    def end(self) -> int:
+        return self.span[1]
+
+
+def _pieces(fmt: str) -> tuple[tuple[str, str], ...]:
+    """A printf-style format -> ("lit", text) / ("s", "") / ("num", "") pieces; `%%` is a literal `%`."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    for m in _CONVERSION.finditer(fmt):
+        text = fmt[pos : m.start()] + ("%" if m.group() == "%%" else "")
+        if text:
+            if out and out[-1][0] == "lit":
+                out[-1] = ("lit", out[-1][1] + text)
+            else:
+                out.append(("lit", text))
+        if m.group() != "%%":
+            out.append(("s" if m.group() == "%s" else "num", ""))
+        pos = m.end()
+    if fmt[pos:]:
+        if out and out[-1][0] == "lit":
+            out[-1] = ("lit", out[-1][1] + fmt[pos:])
+        else:
+            out.append(("lit", fmt[pos:]))
+    return tuple(out)
+
+
+class FormatMatcher:
+    """A vLLM format string matched in time linear in the line's length.
+
+    The regex a format string reads as (format_to_regex) has lazy `(.*?)` groups; Python's backtracking engine
+    tries each of their lengths at each start, which costs seconds to minutes on one long line (issue 37:
+    `jit_during_inference` took 61 s on a 6.3 KB config line). This matcher reads the same formats without
+    backtracking: a literal pre-filter (the format's longest literal must be in the line), then a forward scan
+    from each of the first MAX_STARTS occurrences of its first literal, where a `%s` reaches to the first
+    occurrence of what follows it, as a lazy group does; a `%d`/`%f` reads a number. Only the first MATCH_CAP
+    characters of a line are read. On every line of the corpus it captures what the regex captures
+    (tests/vllm/test_linear_markers.py)."""
+
+    def __init__(self, fmt: str, *, anchored: bool = False) -> None:
+        # A leading `%s` is vLLM's optional `[tag] ` prefix: dropped (the message is searched for).
+        if fmt.startswith("%s") and not fmt.startswith("%s "):
+            fmt = fmt[2:]
+        self.fmt = fmt
+        self.anchored = anchored
+        self.pieces = _pieces(fmt)
+        literals = [text for kind, text in self.pieces if kind == "lit"]
+        self.longest = max(literals, key=len) if literals else ""
+        self.leading = bool(self.pieces) and self.pieces[0][0] != "lit"
+
+    def search(self, line: str) -> FormatMatch | None:
+        if len(line) > MATCH_CAP:
+            line = line[:MATCH_CAP]
+        if self.longest not in line:
+            return None
+        if self.leading:  # a leading `%s` reaches back to the line's start, as the regex's search does
+            return self._match_from(line, 0)
+        first = self.pieces[0][1]
+        at = line.find(first)
+        for _ in range(MAX_STARTS):
+            if at < 0:
+                return None
+            found = self._match_from(line, at)
+            if found is not None:
+                return found
+            at = line.find(first, at + 1)
+        return None
+
+    def _match_from(self, line: str, start: int) -> FormatMatch | None:
+        pos = start
+        groups: list[str] = []
+        pending: list[int] = []  # `%s` groups waiting for what follows them: adjacent ones, the last takes the text
+
+        def close(until: int) -> None:
+            for i in pending:
+                groups[i] = ""
+            if pending:
+                groups[pending[-1]] = line[pos:until]
+            pending.clear()
+
+        for kind, text in self.pieces:
+            if kind == "s":
+                pending.append(len(groups))
+                groups.append("")
+            elif kind == "lit":
+                if pending:
+                    at = line.find(text, pos)
+                    if at < 0:
+                        return None
+                    close(at)
+                    pos = at
+                elif not line.startswith(text, pos):
+                    return None
+                pos += len(text)
+            else:
+                number = _NUMBER_AT.search(line, pos) if pending else _NUMBER_AT.match(line, pos)
+                if number is None:
+                    return None
+                close(number.start())
+                groups.append(number.group())
+                pos = number.end()
+        if pending:  # a `%s` that ends the message takes the rest of the line
+            close(len(line))
+            pos = len(line)
+        elif self.anchored and line[pos:].strip():
+            return None
+        return FormatMatch((start, pos), tuple(groups))
+
 
 @dataclass(frozen=True)
 class MarkerSpec:
@@ -23,18 +155,15 @@ class MarkerSpec:
     source: str  # file inside the vllm package (or "uvicorn")
     fmt: str
     anchored: bool = False  # the message ends the line (tells "took 1 s" from "took 1 s (compilation ...)")
-    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    pattern: FormatMatcher = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pattern", format_to_regex(self.fmt, anchored=self.anchored))
-
-
-_CONVERSION = re.compile(r"%(?:\.\d+)?[sdf%]")
-_NUMBER = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
+        object.__setattr__(self, "pattern", FormatMatcher(self.fmt, anchored=self.anchored))
 
 
 def format_to_regex(fmt: str, *, anchored: bool = False) -> re.Pattern[str]:
-    """A printf-style format string -> a regex that finds the message inside a log line.
+    """A printf-style format string -> the regex it reads as (the reference FormatMatcher is checked against;
+    never run on vLLM's lines: its lazy groups backtrack over a long line).
 
     A leading `%s` is vLLM's optional `[tag] ` prefix and is dropped (the pattern searches).
     `%d` and `%f` capture numbers; a `%s` captures lazily, or greedily to the end of the line
@@ -268,9 +397,21 @@ ALL_MARKERS: tuple[MarkerSpec, ...] = tuple(
 )
 
 
-def _either(*names: str) -> re.Pattern[str]:
-    """One pattern for every wording of the named markers (for callers that need no captures)."""
-    return re.compile("|".join(s.pattern.pattern for s in ALL_MARKERS if s.name in names))
+@dataclass(frozen=True)
+class AnyOf:
+    """Every wording of the named markers as one matcher (for callers that need no captures)."""
+
+    matchers: tuple[FormatMatcher, ...]
+
+    def search(self, line: str) -> FormatMatch | None:
+        for matcher in self.matchers:
+            if (found := matcher.search(line)) is not None:
+                return found
+        return None
+
+
+def _either(*names: str) -> AnyOf:
+    return AnyOf(tuple(s.pattern for s in ALL_MARKERS if s.name in names))
 
 
 # Words that mark a line as being about a cache, whatever its wording: where such lines are present but
@@ -295,7 +436,7 @@ HINTS: dict[str, re.Pattern[str]] = {
 # DSpark speculator...", FlashInfer's "[Autotuner]: Autotuning process starts ...").
 WORK_BEGINS = re.compile(
     r"\b(?:[Ww]arming up|warmup starting|begins to compile|Capturing|Autotuning process starts|Running FlashInfer "
-    r"autotune|Using FlashInfer (?:managed )?autotune cache)\b|DeepG[Ee][Mm][Mm](?:\(.*\))? warmup"
+    r"autotune|Using FlashInfer (?:managed )?autotune cache)\b|DeepG[Ee][Mm][Mm](?:\([^()]{0,80}\))? warmup"
 )
 # Lines v1/worker/gpu_worker.py compile_or_warm_up_model prints after `capture_model()` returns (0.33): what
 # follows them is the end of the warm-up, not the kernels before the capture.
