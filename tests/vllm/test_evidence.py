@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 
 import pytest
 
@@ -301,3 +303,32 @@ def test_jit_caches_outside_vllm_are_layers_listed_when_used():
     assert layers["cute_dsl"].status == "miss"
     assert "tilelang" not in layers
     assert layers["triton"].status == "unused"  # a core layer is listed even when unused
+
+
+def shifted(text: str, first: datetime) -> str:
+    """The log with vLLM's yearless stamps moved so that its first is `first` (same gaps)."""
+    stamp = re.compile(r"\b(INFO|WARNING|DEBUG|ERROR) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+    found = stamp.search(text)
+    assert found is not None
+    offset = first - datetime(2026, *map(int, found.groups()[1:]))
+
+    def move(m: re.Match[str]) -> str:
+        t = datetime(2026, *map(int, m.groups()[1:])) + offset
+        return f"{m.group(1)} {t:%m-%d %H:%M:%S}"
+
+    return stamp.sub(move, text)
+
+
+@pytest.mark.parametrize("name", ["cpu-0.32-cold.log", "gpu-0.33-aot-cold.log"])
+def test_a_log_that_crosses_new_year_gives_the_same_figures(name):
+    """vLLM's stamps have no year (issue 38 finding 12): 12-31 23:59 -> 01-01 00:02 is three minutes, not -364 days
+    (the report gave ready_s 186.9 for 217.0 and lost the bootstrap phase)."""
+    text = (FIXTURES / name).read_text()
+    plain = report_from_log(text.splitlines(), year=2026)
+    moved = shifted(text, datetime(2026, 12, 31, 23, 59, 50))
+    assert "INFO 12-31 23:59:50" in moved
+    assert "INFO 01-01 00:0" in moved
+    crossing = report_from_log(moved.splitlines(), year=2026)
+    assert crossing.ready_s == plain.ready_s
+    assert crossing.phases == plain.phases
+    assert plain.phases["bootstrap"] is not None

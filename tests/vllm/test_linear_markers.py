@@ -196,3 +196,14 @@ def test_only_the_head_of_a_very_long_line_is_read():
     assert next(s for s in ALL_MARKERS if s.name == "server_start").pattern.search(message) is not None
     padded = " " * logformats.MATCH_CAP + message
     assert all(s.pattern.search(padded) is None for s in ALL_MARKERS if s.name == "server_start")
+
+
+def test_the_other_patterns_on_a_captured_field_are_linear():
+    """tqdm's elapsed time is read from a capture bar's field, which may be long: a run of digits."""
+    from warmstart.vllm.cudagraphs import config_sizes
+    from warmstart.vllm.phases import tqdm_seconds
+
+    digits = "1" * MB
+    assert timed(tqdm_seconds, digits) <= bound(digits) * 3 + ABSOLUTE_S
+    config = "'cudagraph_capture_sizes': [" + "1, " * (MB // 3)
+    assert timed(config_sizes, config) <= bound(config) * 3 + ABSOLUTE_S

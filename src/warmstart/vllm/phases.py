@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from .logformats import ALL_MARKERS, HINTS, MarkerSpec
+from .logformats import ALL_MARKERS, HINTS, MATCH_CAP, MarkerSpec
 from .silences import Interval, silences, subtract
 
 PHASES = (
@@ -64,6 +64,8 @@ _HOST_STAMP = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[
 _LIB_STAMP = re.compile(
     r"\b(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}))?(?: - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - | +\[\w+:)"
 )
+# vLLM's stamps have no year: a stamp this far before the one before it is in the next year (12-31 -> 01-01).
+_ROLLOVER = timedelta(days=180)
 # A boot's start-up prints hundreds of lines; a serving engine keeps printing. Silences are looked for in the
 # start-up only, so the lines kept to bound them stop here (a live boot's evidence lives as long as its engine).
 MAX_LINES = 20_000
@@ -73,6 +75,7 @@ _TQDM_ELAPSED = re.compile(r"(?:(\d+):)?(\d+):(\d\d)<")
 
 def tqdm_seconds(elapsed: str) -> float | None:
     """tqdm's "03:15<" / "1:02:03<" -> seconds."""
+    elapsed = elapsed[:32]  # tqdm's elapsed time is a few characters; a run of digits would cost quadratic time
     m = _TQDM_ELAPSED.search(elapsed + "<" if not elapsed.endswith("<") else elapsed)
     if not m:
         return None
@@ -114,6 +117,7 @@ def _stamp(year: int, month: str, day: str, hour: str, minute: str, second: str,
 
 def log_timestamp(line: str, year: int) -> datetime | None:
     """vLLM's `INFO 11-29 18:46:03` stamp (its formatter prints month-day, no year), else FlashInfer's."""
+    line = line[:MATCH_CAP]
     m = _TIMESTAMP.search(line)
     if m:
         return _stamp(year, *m.groups())
@@ -149,7 +153,7 @@ class LogEvidence:
         # A hint is a line no table reads: one that matched a marker is read already (the engine's config line
         # names `enable_flashinfer_autotune` and `torch_compile_cache` in every release and says nothing of either).
         for cache, hint in HINTS.items() if not new else ():
-            if hint.search(line):
+            if hint.search(line[:MATCH_CAP]):
                 self.hints.setdefault(cache, []).append(line.strip()[:200])
         return new
 
@@ -191,8 +195,15 @@ class LogEvidence:
         evidence = cls(precise=False)
         start: datetime | None = None
         last_t: float | None = None
+        previous: datetime | None = None  # the last of vLLM's own (yearless) stamps
         for line in lines:
             stamp = host_timestamp(line) if host else log_timestamp(line, year)
+            yearless = stamp is not None and not host and _TIMESTAMP.search(line[:MATCH_CAP]) is not None
+            if yearless and previous is not None and stamp is not None and stamp < previous - _ROLLOVER:
+                year += 1  # vLLM's stamp has no year: a month that goes back (12-31 -> 01-01) is the next year's
+                stamp = log_timestamp(line, year)
+            if yearless:
+                previous = stamp
             if stamp is not None:
                 start = start or stamp
                 last_t = (stamp - start).total_seconds()
