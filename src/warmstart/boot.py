@@ -55,6 +55,9 @@ from .vllm.logformats import markers_for
 from .vllm.phases import LogEvidence
 from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefetch, start_prefetch
 
+# How long the report waits for the log reader to handle the lines read before it (it is behind by milliseconds).
+SETTLE_S = 2.0
+
 
 def process_age() -> float:
     """Seconds since this process was launched (interpreter start and imports included)."""
@@ -97,6 +100,7 @@ class Boot:
     seed_use: dict[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
 
     def _on_line(self, line: LogLine) -> None:
+        """Each line of vLLM's, on the log reader's thread (engine/logpipe.py), never on the pipe's."""
         if self.on_serving_line is not None:
             self.on_serving_line(line.text)
         for marker in self.evidence.feed(line.text, line.t):
@@ -286,6 +290,7 @@ class Boot:
             self.stop_prefetch("vLLM failed")
             raise
         self.ready_s = round(time.monotonic() - self.t0, 3)
+        self.engine.settle(SETTLE_S)  # the reader has every line up to ready (it runs beside the pipe's drain)
         self.seed_use = seed_use(self.seeded, self.plan.cache_dirs.base)  # before a publish reads every file
         usage = resource.getrusage(resource.RUSAGE_SELF)  # this process only: not vLLM's
         log.info(
@@ -301,6 +306,8 @@ class Boot:
     def observe(self, error: str | None = None) -> BootObservation:
         """Scan the caches again and gather what this boot saw, for its report."""
         plan = self.plan
+        if self.engine is not None:
+            self.engine.settle(SETTLE_S)
         after = {name: scan_tree(path) for name, path in plan.cache_dirs.layers().items()}
         hashes = {}
         if self.expected == "hit" and self.history:  # read only to explain a miss (report/miss.py)
@@ -327,6 +334,7 @@ class Boot:
             error=error,
             seeded=self.seeded,
             seed_use=self.seed_use,
+            log_reader=self.engine.reader_stats() if self.engine else None,
         )
 
     def weights_observed(self) -> dict[str, Any] | None:

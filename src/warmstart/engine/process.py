@@ -7,6 +7,9 @@ find its own version) with the interpreter of vLLM's environment, reads its outp
 by line (stamping each line as it arrives, for the boot report), passes the output
 through to the worker's log, and polls /health.
 
+Reading the log never holds the pipe: the thread that drains it stamps, redacts and echoes each line and
+hands it to the boot's reader through a bounded queue on a thread of its own (engine/logpipe.py).
+
 vLLM spawns an engine-core process and workers. The child is started in its own process
 group so that stopping it reaches all of them, and with a parent-death signal so that a
 killed wrapper does not leave a GPU-holding orphan behind.
@@ -25,7 +28,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -37,7 +39,11 @@ from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
 from ..vllm.hashing import VLLM_HASHED_UNPREFIXED
 from ..vllm.install import EngineInfo
+from ..vllm.logformats import MATCH_CAP
 from .concurrency import ConcurrencyFit, fit_concurrency
+from .logpipe import LineHandoff, LogLine, pieces, tail_entry
+
+__all__ = ["EngineProcess", "LogLine"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -265,12 +271,6 @@ def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
         pass
 
 
-@dataclass
-class LogLine:
-    t: float  # seconds since the engine was started
-    text: str
-
-
 class EngineProcess:
     """One vLLM server process (and its children)."""
 
@@ -284,6 +284,7 @@ class EngineProcess:
         echo: TextIO | None = None,
         redact: Callable[[str], str] = lambda s: s,
         tail_lines: int = 60,
+        queue_lines: int | None = None,
     ) -> None:
         self.argv = argv
         self.env = dict(env)
@@ -295,6 +296,9 @@ class EngineProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_mono = 0.0
         self._reader: threading.Thread | None = None
+        self._handoff: LineHandoff | None = None
+        self._queue_lines = queue_lines
+        self.long_lines = 0  # lines longer than READ_LIMIT: echoed whole, read for markers by their head
         self._stopping = False
         self.unshown = 0  # lines vLLM printed after the wrapper began to stop it (kept in `tail`)
 
@@ -317,28 +321,48 @@ class EngineProcess:
             start_new_session=True,
             preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None,
         )
+        if self.on_line is not None:
+            extra = {"max_lines": self._queue_lines} if self._queue_lines is not None else {}
+            self._handoff = LineHandoff(self.on_line, self.elapsed, **extra)
         self._reader = threading.Thread(target=self._read, name="vllm-log", daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
+        """Drain vLLM's output: stamp, redact, echo, keep the tail, offer to the reader. No parsing here."""
         assert self.proc is not None and self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            t = time.monotonic() - self.started_mono
-            text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-            self.tail.append(text)
-            if self._stopping:
-                # vLLM's answer to our own SIGTERM: during its init a `KeyboardInterrupt: terminated`
-                # traceback of ~85 lines (vllm/entrypoints/launchers/api_server/entry.py
-                # `_interrupt_init`), then leak reports at exit. Counted and said in one line by stop().
-                self.unshown += 1
-            else:
-                try:
-                    self.echo.write(text + "\n")
-                    self.echo.flush()
-                except (OSError, ValueError):
-                    pass
-            if self.on_line is not None:
-                self.on_line(LogLine(t, text))
+        try:
+            for raw, continued, ends in pieces(self.proc.stdout):
+                t = time.monotonic() - self.started_mono
+                text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                if not continued:
+                    self.tail.append(tail_entry(text))
+                if self._stopping:
+                    # vLLM's answer to our own SIGTERM: during its init a `KeyboardInterrupt: terminated`
+                    # traceback of ~85 lines (vllm/entrypoints/launchers/api_server/entry.py
+                    # `_interrupt_init`), then leak reports at exit. Counted and said in one line by stop().
+                    self.unshown += 0 if continued else 1
+                else:
+                    try:
+                        self.echo.write(text + ("\n" if ends else ""))
+                        self.echo.flush()
+                    except (OSError, ValueError):
+                        pass
+                if not continued and self._handoff is not None:
+                    self._handoff.offer(LogLine(t, text[:MATCH_CAP]))
+                self.long_lines += not ends and not continued
+        finally:
+            if self._handoff is not None:
+                self._handoff.close()
+
+    def settle(self, timeout: float = 2.0) -> bool:
+        """Wait until the reader has handled every line read so far (False after `timeout`)."""
+        return self._handoff.settle(timeout) if self._handoff is not None else True
+
+    def reader_stats(self) -> dict[str, object] | None:
+        """The log reader's counts and lag (engine/logpipe.py), for the boot report's `log_reader` block."""
+        if self._handoff is None:
+            return None
+        return {**self._handoff.stats(), "long_lines": self.long_lines}
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started_mono
@@ -384,6 +408,8 @@ class EngineProcess:
     def _join_reader(self, timeout: float = 5.0) -> None:
         if self._reader is not None:
             self._reader.join(timeout)
+        if self._handoff is not None:
+            self._handoff.settle(timeout)
 
     def _signal_group(self, sig: int) -> None:
         if self.proc is None:

@@ -149,4 +149,5 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         phase_detail=phase_details(obs.evidence),
         weights=weights,
         cudagraphs=capture_summary(obs.evidence),
+        log_reader=obs.log_reader,
     )

@@ -71,6 +71,8 @@ class BootReport:
     compiled_while_serving: int | None = None  # kernels vLLM JIT-compiled after warm-up (logread.py)
     compiled_kernels: tuple[str, ...] = ()
     cudagraphs: Mapping[str, Any] | None = None  # cudagraphs.capture_summary: sizes and graphs vLLM captured
+    # engine/logpipe.py: vLLM's lines read, handled and dropped by the boot's log reader, and its lag (ms)
+    log_reader: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -108,6 +110,15 @@ class BootReport:
             out.append(log.line("weights", f"{weights_line(self.weights)}"))
         if self.cudagraphs is not None:
             out.append(log.line("graphs", f"{self.cudagraphs['detail']}"))
+        if self.log_reader is not None and (self.log_reader.get("dropped") or self.log_reader.get("failed")):
+            reader = self.log_reader
+            out.append(
+                log.line(
+                    "log",
+                    f"the log reader dropped {reader['dropped']} and failed on {reader.get('failed', 0)} of "
+                    f"{reader['lines']} vLLM lines (its queue was full): phases may miss their markers",
+                )
+            )
         if self.compiled_while_serving:
             names = ", ".join(sorted(set(self.compiled_kernels))[:6])
             jit = f"vLLM JIT-compiled {self.compiled_while_serving} kernel(s) after warm-up, "

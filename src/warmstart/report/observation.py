@@ -44,3 +44,4 @@ class BootObservation:
     error: str | None = None
     seeded: SeedResult | None = None  # staged: what a sibling key seeded (no generation of its own restored)
     seed_use: Mapping[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
+    log_reader: Mapping[str, Any] | None = None  # engine/logpipe.py: lines read, dropped, the reader's lag

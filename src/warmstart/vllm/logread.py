@@ -138,7 +138,7 @@ def compiled_while_serving(ev: LogEvidence) -> tuple[int | None, list[str]]:
     events = ev.all("jit_during_inference")
     names = [(m.groups[2] + m.groups[3]).split(" (")[0].strip() for m in events]
     ready = ev.first("app_ready")
-    served = ready is not None and ready.t is not None and bool(ev.stamps) and ev.stamps[-1] > ready.t
+    served = ready is not None and ready.t is not None and ev.last_stamp is not None and ev.last_stamp > ready.t
     if not events and (ev.first("jit_monitor_on") is None or not served):
         return None, []
     return len(events), names

@@ -69,6 +69,9 @@ _ROLLOVER = timedelta(days=180)
 # A boot's start-up prints hundreds of lines; a serving engine keeps printing. Silences are looked for in the
 # start-up only, so the lines kept to bound them stop here (a live boot's evidence lives as long as its engine).
 MAX_LINES = 20_000
+# What else is kept of a serving engine's output is bounded too: markers (a JIT warning per kernel) and hint lines.
+MAX_MARKERS = 20_000
+MAX_HINTS = 100
 # tqdm's elapsed time in a finished bar: "DeepGEMM warmup: 100%|██████████| 1670/1670 [03:15<00:00,  8.55it/s]".
 _TQDM_ELAPSED = re.compile(r"(?:(\d+):)?(\d+):(\d\d)<")
 
@@ -141,25 +144,32 @@ class LogEvidence:
     stamps: list[float] = field(default_factory=list)  # times of the lines that carried their own stamp
     hints: dict[str, list[str]] = field(default_factory=dict)  # cache -> lines about it (logformats.HINTS)
     lines: list[tuple[float, str]] = field(default_factory=list)  # the stamped lines (silences are between them)
+    last_stamp: float | None = None  # the latest stamped line's time (stamps and lines stop at MAX_LINES)
+    dropped_markers: int = 0  # markers past MAX_MARKERS (a serving engine that never stops printing them)
 
     def feed(self, line: str, t: float | None, *, stamped: bool = True) -> list[Marker]:
         # A tqdm bar arrives as one line of "\r"-separated refreshes (capture bars: logformats.CAPTURE_BARS).
         new = [Marker(n, t, groups) for part in line.split("\r") for n, groups in match_markers(part, self.specs)]
-        self.markers.extend(new)
+        if len(self.markers) < MAX_MARKERS:
+            self.markers.extend(new)
+        else:
+            self.dropped_markers += len(new)
         if stamped and t is not None:
-            self.stamps.append(t)
+            self.last_stamp = t
             if len(self.lines) < MAX_LINES:
+                self.stamps.append(t)
                 self.lines.append((t, line.strip()[:200]))
         # A hint is a line no table reads: one that matched a marker is read already (the engine's config line
         # names `enable_flashinfer_autotune` and `torch_compile_cache` in every release and says nothing of either).
         for cache, hint in HINTS.items() if not new else ():
-            if hint.search(line[:MATCH_CAP]):
-                self.hints.setdefault(cache, []).append(line.strip()[:200])
+            if hint.search(line[:MATCH_CAP]) and len(kept := self.hints.setdefault(cache, [])) < MAX_HINTS:
+                kept.append(line.strip()[:200])
         return new
 
     def next_stamp(self, after: float) -> float | None:
         """The first stamped line later than `after`: where untimed output (a tqdm bar) ended at the latest."""
-        return next((t for t in self.stamps if t > after), None)
+        found = next((t for t in self.stamps if t > after), None)
+        return found if found is not None or self.last_stamp is None or self.last_stamp <= after else self.last_stamp
 
     def first(self, *names: str) -> Marker | None:
         for m in self.markers:
