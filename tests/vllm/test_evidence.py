@@ -332,3 +332,32 @@ def test_a_log_that_crosses_new_year_gives_the_same_figures(name):
     assert crossing.ready_s == plain.ready_s
     assert crossing.phases == plain.phases
     assert plain.phases["bootstrap"] is not None
+
+
+def worker_log(vllm_lines: list[str]) -> list[str]:
+    """A worker's own log: warmstart's lines (log.py: `warmstart | STAGE | text`, some behind a collector's
+    stamp) around and between vLLM's, quoting vLLM's words as its report does."""
+    own = [
+        "warmstart | engine   | starting vLLM 0.33.0 on 127.0.0.1:8001 (pid 12); max_num_seqs 30",
+        "2026-05-01 23:11:07.242 | warmstart | cache    | expect miss: 0 earlier boot(s), 0 cache files present",
+    ]
+    report = [
+        "warmstart | cache    | flashinfer_autotune  unused      no FlashInfer autotune lines ([Autotuner])",
+        "warmstart | phases   | unlogged 12.0 s: no line between 'Available KV cache memory: 10 GiB' and "
+        "'init engine (profile, create kv cache, warmup model) took 40.00 s'",
+        'warmstart | report   | json {"detail":"torch.compile took 99.00 s in total","x":"Application startup '
+        'complete."}',
+        "warmstart | compile  | vLLM could not load its compile cache (Starting to load model x...): recompiling",
+    ]
+    middle = len(vllm_lines) // 2
+    return own + vllm_lines[:middle] + report[:2] + vllm_lines[middle:] + report
+
+
+@pytest.mark.parametrize("name", ["gpu-0.33-aot-cold.log", "cpu-0.32-cold.log", "gpu-0.33-fitted-capture.log"])
+def test_warmstarts_own_lines_are_never_read_as_vllms(name):
+    """`warmstart report` on the worker's own log (issue 37): its lines said `flashinfer_autotune unknown` and
+    their quotes of vLLM's words counted as vLLM's markers."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    alone = report_from_log(lines, year=2026).to_dict()
+    mixed = report_from_log(worker_log(lines), year=2026).to_dict()
+    assert mixed == alone

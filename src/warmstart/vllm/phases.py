@@ -64,6 +64,16 @@ _HOST_STAMP = re.compile(r"^\s*(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[
 _LIB_STAMP = re.compile(
     r"\b(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}))?(?: - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - | +\[\w+:)"
 )
+# warmstart's own lines (log.py: `warmstart | STAGE | text`), bare or behind a log collector's stamp: a worker's
+# log holds them between vLLM's, and they quote vLLM's words (its report, a silence's bounding lines).
+_OWN_LINE = re.compile(r"\s*(?:\d{4}-\d\d-\d\d[ T][\d:.,]{8,15}\s*\|\s*)?warmstart \| ")
+
+
+def is_own_line(line: str) -> bool:
+    """A line warmstart wrote, never vLLM: not read for markers, stamps or hints."""
+    return _OWN_LINE.match(line) is not None
+
+
 # vLLM's stamps have no year: a stamp this far before the one before it is in the next year (12-31 -> 01-01).
 _ROLLOVER = timedelta(days=180)
 # A boot's start-up prints hundreds of lines; a serving engine keeps printing. Silences are looked for in the
@@ -194,7 +204,7 @@ class LogEvidence:
         used throughout; otherwise vLLM's own. Lines without a stamp (tqdm bars, wrapped pastes)
         take the time of the line before them."""
         year = year or datetime.now().year
-        lines = list(lines)
+        lines = [line for line in lines if not is_own_line(line)]
         host = False
         for line in lines:
             if host_timestamp(line) is not None:
