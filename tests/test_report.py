@@ -173,3 +173,33 @@ def test_a_seeded_boot_ends_its_text_with_the_seeded_line():
         "compile 2.0 s against 10.0 s in its cold boot (about 8.0 s saved)"
     )
     assert not any("seeded" in line for line in replace(report, staged={"publish": None}).lines())
+
+
+def test_the_weights_layer_names_the_cache_the_model_came_from():
+    """A model baked into the image's HF cache was said to be 'in the volume's HF cache' (issue 37)."""
+    baked = Path("/baked/hub")
+    image_model = replace(MODEL, path=baked / "models--org--m" / "snapshots" / ("c" * 40))
+    with_baked = replace(plan(), settings=replace(plan().settings, baked_hf_cache=baked), model=image_model)
+    detail = build_report(with_baked, observation(), Redactor()).caches["hf_weights"].detail
+    assert "the image's baked HF cache" in detail and "volume" not in detail
+    on_volume = replace(MODEL, path=VOL / "huggingface-cache" / "hub" / "models--org--m" / "snapshots" / ("c" * 40))
+    assert (
+        "the volume's HF cache"
+        in build_report(replace(plan(), model=on_volume), observation(), Redactor()).caches["hf_weights"].detail
+    )
+
+
+def test_local_weights_that_were_not_listed_are_not_said_to_be_empty():
+    """`weights | 0.0 MB in 0 file(s) from local-disk` under a line that says the model has 6 files (issue 37):
+    local weights are decided on their path alone and never listed."""
+    from warmstart.report.weights import describe, weights_block
+    from warmstart.weights import plan_prefetch
+
+    for root in (None, Path("/")):  # not on a volume; a volume on a local disk
+        weights = plan_prefetch(Path("/tmp"), mode="auto", volume_root=root, model_source="hf-cache", ram_share=0.5)
+        block = weights_block(
+            weights, None, engine_started=None, load_start_t=None, bytes_at_load_start=None, phases={}
+        )
+        assert block["files"] is None and block["bytes"] is None
+        assert "0 file(s)" not in describe(block) and "0.0 MB" not in describe(block)
+        assert "not listed" in describe(block)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ..engine.process import engine_environment
@@ -71,12 +72,22 @@ def observed(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> dict[s
     }
 
 
-def hf_weights_layer(m: ResolvedModel) -> CacheLayer:
+def hf_cache_words(path: Path, hubs: Mapping[str, Path | None]) -> str:
+    """Which HF cache a snapshot was found in, in words ("the volume's HF cache": the volume's hub), else
+    "a read-only HF cache" (another volume's)."""
+    for words, root in hubs.items():
+        if root is not None and path.is_relative_to(root):
+            return words
+    return "a read-only HF cache"
+
+
+def hf_weights_layer(m: ResolvedModel, hubs: Mapping[str, Path | None] | None = None) -> CacheLayer:
     if m.source == "downloaded":
         return CacheLayer(
             "miss", m.files, m.downloaded_bytes, 0, 0, f"downloaded {m.files} files ({m.bytes / 1e6:.1f} MB)"
         )
-    where = "local directory" if m.source == "local-dir" else "snapshot complete in the volume's HF cache"
+    cache = hf_cache_words(m.path, hubs or {})
+    where = "local directory" if m.source == "local-dir" else f"snapshot complete in {cache}"
     return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
 
 
@@ -107,7 +118,11 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
     for name, extra in staged_layer_counts(obs.restored, obs.published).items():
         if name in caches:
             caches[name] = replace(caches[name], **extra)
-    caches["hf_weights"] = hf_weights_layer(plan.model)
+    hubs = {
+        "the volume's HF cache" if plan.layout.on_volume else "the local HF cache": plan.layout.hub_cache,
+        "the image's baked HF cache": plan.settings.baked_hf_cache,
+    }
+    caches["hf_weights"] = hf_weights_layer(plan.model, hubs)
     verdict = decide_verdict(caches) if obs.error is None else None
     if obs.seeded is not None:  # report/seeded.py: where the seeded layers came from, and `partial` if used
         caches = seeded_caches(caches, obs.seeded, obs.seed_use)

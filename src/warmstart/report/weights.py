@@ -51,9 +51,10 @@ def weights_block(
                 else end <= engine_started + load_start_t
             ),
         }
+    listed = bool(plan.files)  # local weights are decided on their path alone: no file was listed or sized
     return {
-        "bytes": plan.bytes,
-        "files": len(plan.files),
+        "bytes": plan.bytes if listed else None,
+        "files": len(plan.files) if listed else None,
         "source": plan.source,
         "snapshot": plan.snapshot,
         "fs": plan.fs,
@@ -67,7 +68,11 @@ def weights_block(
 def describe(block: Mapping[str, Any]) -> str:
     """One readable line for the log and the report's summary."""
     pre = block["prefetch"]
-    head = f"{block['bytes'] / 1e6:.1f} MB in {block['files']} file(s) from {block['source']} ({block['fs'] or '?'})"
+    where = f"from {block['source']} ({block['fs'] or '?'})"
+    if block.get("files") is None:  # not listed: a size of 0 here read as if the model had no weights (issue 37)
+        head = f"weights {where}, not listed"
+    else:
+        head = f"{block['bytes'] / 1e6:.1f} MB in {block['files']} file(s) {where}"
     if pre["status"] == "skipped":
         text = f"{head}; no prefetch: {pre['reason']}"
     else:
