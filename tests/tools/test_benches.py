@@ -265,3 +265,13 @@ def test_lb_compare_takes_each_sides_median():
 )
 def test_the_weights_bench_reads_vllms_own_weights_time(line, seconds):
     assert weights_seconds(line) == seconds
+
+
+def test_bench_logread_reads_every_corpus_log():
+    from warmstart_dev.logreadbench import bench_logread, corpus, repo_root
+
+    result = bench_logread(command=False)
+    assert [e["log"] for e in result["logs"]] == [str(p.relative_to(repo_root())) for p in corpus(repo_root())]
+    assert len(result["logs"]) >= 30 and result["max_command_s"] is None
+    assert [g["config_line_chars"] for g in result["grown_config_line"]][-1] == 1 << 20
+    assert all(e["report_s"] >= 0 for e in result["logs"])

@@ -215,6 +215,10 @@ def main(args: argparse.Namespace) -> int:
 
         levels = tuple(int(x) for x in args.levels.split(","))
         result = bench_compress([Path(p) for p in args.paths], levels)
+    elif args.bench == "logread":
+        from .logreadbench import bench_logread
+
+        result = bench_logread(command=not args.no_command)
     elif args.bench == "predict":
         from .predictbench import bench_predict
 

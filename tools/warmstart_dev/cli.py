@@ -1,7 +1,7 @@
 """`warmstart-dev`: the project's tools, beside `warmstart` but never in the image.
 
     warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
-    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress
+    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress|logread
                                                               benchmarks, printed as JSON
     warmstart-dev sourcemap [--check]                         docs/development.md's source map, from the tree
 
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (a compile cache, CUDA .so files)")
     b.add_argument("--levels", default="1,3", help="zstd levels, comma-separated (default 1,3)")
+    b = bench_sub.add_parser("logread", help="warmstart report on every corpus log and on a grown config line")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--no-command", action="store_true", help="the report in-process only, not the command's wall time")
     b = bench_sub.add_parser("predict", help="predict's error on held-out keys of real boots")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/predict")
