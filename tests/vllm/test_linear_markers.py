@@ -114,11 +114,20 @@ def hard_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def timed(call, line: str) -> float:
+def timed_once(call, line: str) -> float:
     with hard_limit(HARD_LIMIT_S):
         start = time.perf_counter()
         call(line)
         return time.perf_counter() - start
+
+
+def timed(call, line: str, over: float | None = None) -> float:
+    """Seconds of one call; where it is over `over`, the better of two (a loaded machine preempts a thread for
+    tens of ms now and then; a quadratic call is over both times)."""
+    seconds = timed_once(call, line)
+    if over is not None and seconds > over:
+        seconds = min(seconds, timed_once(call, line))
+    return seconds
 
 
 def bound(line: str) -> float:
@@ -142,7 +151,7 @@ def test_every_marker_reads_a_line_in_linear_time(index, kind, size):
     limit = bound(line)
     slow = []
     for other in specs:
-        seconds = timed(other.pattern.search, line)
+        seconds = timed(other.pattern.search, line, over=limit)
         if seconds > limit:
             slow.append(f"{other.name} {other.fmt[:40]!r}: {seconds * 1000:.1f} ms")
     assert not slow, f"{kind} line of {len(line)} chars (bound {limit * 1000:.1f} ms): {slow}"
