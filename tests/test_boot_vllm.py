@@ -212,7 +212,8 @@ def test_report_command_on_the_captured_cpu_log(two_boots, tmp_path):
 
 
 def test_live_reports_are_consistent(two_boots):
-    """Phases never overlap (they and unaccounted_s add up to ready_s), and no layer that gained files is `unused`."""
+    """Phases never overlap (they and unaccounted_s add up to ready_s), no layer that gained files is `unused`, and
+    the log reader's block says what it read."""
     _, _, runs, _ = two_boots
     for report in (json.loads(r.stdout) for r in runs):
         accounted = sum(v for k, v in report["phases"].items() if v is not None and k != "publish")
@@ -220,6 +221,11 @@ def test_live_reports_are_consistent(two_boots):
         assert accounted + report["unaccounted_s"] == pytest.approx(report["ready_s"], abs=0.01)
         for name, layer in report["caches"].items():
             assert not (layer["status"] == "unused" and layer["files_added"]), (name, layer)
+        # vLLM's lines were read off the pipe's thread, none dropped (engine/logpipe.py, issue 37)
+        reader = report["log_reader"]
+        assert reader["lines"] > 50 and reader["dropped"] == 0 and reader["failed"] == 0, reader
+        assert reader["handled"] + reader["queued"] == reader["lines"]
+        assert reader["lag_ms"]["max"] >= reader["lag_ms"]["p99"] >= reader["lag_ms"]["p50"] >= 0
 
 
 def test_direct_mode_cold_warm_then_a_miss_that_names_its_cause(tmp_path, vllm_python):
