@@ -343,7 +343,7 @@ def run_one(
     if (published := PUBLISHED.search(text)) is not None and report.get("phases", {}).get("publish") is None:
         # a serving worker publishes after its report (worker/upkeep.py): its publish line says it
         report.setdefault("phases", {})["publish"] = float(published.group(2))
-        staged.setdefault("publish", {})["bytes"] = int(float(published.group(1)) * 1e6)
+        staged = {**staged, "publish": {**(staged.get("publish") or {}), "bytes": int(float(published.group(1)) * 1e6)}}
     restored_bytes = sum(int(c.get("restored_bytes") or 0) for c in (report.get("caches") or {}).values())
     return {
         "exit": proc.returncode,
