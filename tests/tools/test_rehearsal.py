@@ -58,6 +58,36 @@ def test_a_log_replays_at_the_pace_its_timestamps_give():
     assert any(t != int(t) for t, _ in host), "milliseconds from the host's stamps"
 
 
+def test_a_faster_replay_states_durations_on_its_own_clock_and_the_live_phases_match_the_files():
+    """Replayed 20x faster with the stated figures divided, the phases the live path computes (lines fed at
+    their arrival) times 20 are the file's own, within the log's one-second stamps; undivided, a compile total
+    of 92 s arriving 8 s in would leave no bootstrap or weights phase at all."""
+    from warmstart.vllm.logformats import markers_for
+    from warmstart.vllm.phases import LogEvidence, compute_phases
+    from warmstart_dev.rehearsal import scaled
+
+    assert (
+        scaled("[backbone] torch.compile took 92.11 s in total", 20) == "[backbone] torch.compile took 4.61 s in total"
+    )
+    assert (
+        scaled("Graph capturing finished in 28 secs, took 0.85 GiB", 4)
+        == "Graph capturing finished in 7.00 secs, took 0.85 GiB"
+    )
+    lines = timed_lines(FIXTURES / "gpu-0.33-aot-cold.log")
+
+    def phases(speed: float, divide: bool) -> dict:
+        ev = LogEvidence(specs=markers_for("0.33.0", "cuda"))
+        for t, text in lines:
+            ev.feed(scaled(text, speed) if divide else text, t / speed)
+        return compute_phases(ev, ready_t=ev.first("app_ready").t)
+
+    recorded = phases(1, False)
+    fast = phases(20, True)
+    for name in ("bootstrap", "weights", "compile", "kv_cache", "cudagraph"):
+        assert abs(fast[name] * 20 - recorded[name]) <= 1.0, (name, fast[name] * 20, recorded[name])
+    assert phases(20, False)["bootstrap"] == 0.0, "the stated figures must be divided for the comparison to hold"
+
+
 def test_a_grown_config_line_keeps_its_head_and_reaches_its_size():
     line = "(EngineCore pid=1) INFO 12-01 10:00:18 [core.py:140] Initializing a V1 LLM engine (v0.33.0) with config: x"
     long = grown(line, 1 << 20)

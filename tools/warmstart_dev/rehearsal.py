@@ -4,8 +4,8 @@ It stands in for vLLM 0.33's `vllm serve` (started by the wrapper, as the script
 `rehearsal_vllm_python` makes an environment the wrapper takes for the CUDA build of vLLM 0.33.0, and
 `fake_nvidia_smi` a `nvidia-smi` that lists H100s, so the wrapper plans, keys and reads the log as on a
 GPU worker). It replays a real GPU log (any log of tests/fixtures, or one a user recorded) at the pace its
-timestamps give, or `speed` times faster, and on a cold boot writes the cache tree that boot would have
-written under the directories the wrapper points it at. On a warm boot (that tree already there) it
+timestamps give, or `speed` times faster (the durations its lines state divided as well), and on a cold
+boot writes the cache tree that boot would have written under the directories the wrapper points it at. On a warm boot (that tree already there) it
 replays the warm log and writes nothing. Then it serves the OpenAI API as the scripted engine does.
 
 It measures the wrapper: its log reader, its CPU, its restore and publish of a GPU-sized tree, its front.
@@ -248,6 +248,23 @@ def timed_lines(path: Path, year: int = 2026) -> list[tuple[float, str]]:
     return out
 
 
+STATED = re.compile(r"(\d+(?:\.\d+)?)(\s?(?:s|secs|seconds)\b)")
+
+
+def scaled(text: str, speed: float) -> str:
+    """The durations a line states ("took 92.11 s", "in 28 secs", "finished in 2.00s.") divided by `speed`,
+    so that they agree with the replay's clock: the live report sets them against the lines' arrival (a
+    compile total of 92 s that arrived 8 s after the engine started would leave no time before it)."""
+    if speed == 1:
+        return text
+
+    def divide(m: re.Match[str]) -> str:
+        digits = len(m.group(1).split(".")[1]) if "." in m.group(1) else 0
+        return f"{float(m.group(1)) / speed:.{max(digits, 2)}f}{m.group(2)}"
+
+    return STATED.sub(divide, text)
+
+
 def grown(line: str, size: int) -> str:
     """An engine-config line grown to `size` characters the way a long compilation config grows it."""
     pad = ", 'pass_config': {" + ", ".join(f"'opt_{i}': {i % 7 == 0}" for i in range(size // 16 + 1)) + "}"
@@ -309,7 +326,7 @@ async def rehearse(
 
     warm = tree_present(env, tp, scale=opts.scale, seed=opts.seed)
     log = Path(opts.warm_log or opts.cold_log) if warm else Path(opts.cold_log)
-    lines = timed_lines(log)
+    lines = [(t, scaled(text, opts.speed)) for t, text in timed_lines(log)]
     if opts.long_line:
         lines = [(t, grown(text, opts.long_line) if "with config:" in text else text) for t, text in lines]
     before, after = split_at_ready(lines)

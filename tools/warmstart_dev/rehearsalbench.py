@@ -435,9 +435,10 @@ def bench_rehearsal(
                         result = run_one(front, volume, local, env, workdir, name, speed, timeout_s)
                         figures = cold_figures if boot == "cold" else warm_figures
                         result["phases_vs_log"] = compare_phases(result.pop("phases"), figures, speed)
-                        if result["restored_bytes"] or result["published_bytes"]:
-                            size = max(result["restored_bytes"], result["published_bytes"] or 0)
-                            result["sequential_read_s"] = round(sequential_read_s(volume, size), 3)
+                        # The tree's own bytes, whichever way they went (a bundle is compressed: fewer).
+                        size = sum(f.size for f in plan_tree(tp, scale=scale))
+                        result["tree_bytes"] = size
+                        result["sequential_read_s"] = round(sequential_read_s(volume, size), 3)
                         shutil.rmtree(local, ignore_errors=True)
                         runs.append({"volume": kind, "front": front, "tp": tp, "boot": boot, **result})
     lags = [r["lag_ms"] for r in runs if r["lag_ms"]["lines"]]
@@ -477,7 +478,8 @@ def bench_rehearsal(
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """One line per run: what BENCHMARKS.md shows."""
+    """One record per run, less the phases (`phase_diff_max_s`: the largest difference, live times the speed
+    against the file's report, over the engine phases both have): what BENCHMARKS.md shows."""
     keys = (
         "verdict",
         "lag_ms",
@@ -489,5 +491,10 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "sequential_read_s",
         "peak_rss_mb",
     )
-    rows = {f"{r['volume']}/{r['front']}/tp{r['tp']}/{r['boot']}": {k: r.get(k) for k in keys} for r in result["runs"]}
+    rows = {}
+    for r in result["runs"]:
+        diffs = [abs(p["diff_s"]) for p in r.get("phases_vs_log", {}).values() if p.get("diff_s") is not None]
+        rows[f"{r['volume']}/{r['front']}/tp{r['tp']}/{r['boot']}"] = {k: r.get(k) for k in keys} | {
+            "phase_diff_max_s": max(diffs, default=None)
+        }
     return {k: v for k, v in result.items() if k != "runs"} | {"runs": rows}
