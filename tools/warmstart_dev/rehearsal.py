@@ -5,8 +5,9 @@ It stands in for vLLM 0.33's `vllm serve` (started by the wrapper, as the script
 `fake_nvidia_smi` a `nvidia-smi` that lists H100s, so the wrapper plans, keys and reads the log as on a
 GPU worker). It replays a real GPU log (any log of tests/fixtures, or one a user recorded) at the pace its
 timestamps give, or `speed` times faster (the durations its lines state divided as well), and on a cold
-boot writes the cache tree that boot would have written under the directories the wrapper points it at. On a warm boot (that tree already there) it
-replays the warm log and writes nothing. Then it serves the OpenAI API as the scripted engine does.
+boot writes the cache tree that boot would have written under the directories the wrapper points it at.
+On a warm boot (that tree already there) it replays the warm log and writes nothing. Then it serves the
+OpenAI API as the scripted engine does.
 
 It measures the wrapper: its log reader, its CPU, its restore and publish of a GPU-sized tree, its front.
 It never proves that vLLM works, nor that a GPU boot is warm: no GPU ran, nothing was compiled, and the
