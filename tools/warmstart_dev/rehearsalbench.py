@@ -8,7 +8,8 @@ warm one from a fresh local disk (restored, nothing written). Volumes: a local f
 volume (slowfs: a FUSE passthrough adding round trips and capping bandwidth). Per boot it reports:
 
 - `log_cpu_s`, `log_cpu_share`: the wrapper's CPU (its own threads: /proc/PID/stat utime+stime, which
-  leaves the engine, a child, out) from the engine's first line to its ready line: the window holds the
+  leaves the engine, a child, out) from the engine's first line to its ready line, or to the wrapper's
+  handling of the lines written until then where that comes later: the window holds the
   log reader, the health poll and the front, and neither restore (before) nor publish (after). The share
   is of the recorded boot's length (the window times the replay's speed), the budget's terms;
 - `lag_ms`: p50, p99 and max from the engine's write of a line (CLOCK_MONOTONIC, system-wide, stamped
@@ -16,7 +17,7 @@ volume (slowfs: a FUSE passthrough adding round trips and capping bandwidth). Pe
   this bench launches the wrapper with; the probe's own cost, a line of a file per line, is in the CPU);
 - `phases`: the live report's engine phases (times the speed) against `warmstart report` of the same file
   and the figures the log itself states (the compile total, init engine);
-- `restore_s`, `publish_s` and the bytes, against one sequential read of as many bytes off the same volume;
+- `restore_s`, `publish_s`, against one sequential read of the tree's bytes off the same volume;
 - `peak_rss_mb`: the wrapper's VmHWM;
 - `ready_to_serving_ms`: from the replayed ready line's write to the wrapper's own ready (boot), to `/ping`
   200 (load_balancer), to the first job answered through runpod's API (queue).
@@ -335,7 +336,11 @@ def run_one(
     lags, unhandled = lags_ms(written, handled)
     first = written[0][0] if written else None
     cpu_first = sampler.cpu_at(first) if first else None
-    cpu_ready = sampler.cpu_at(ready_line) if ready_line else None
+    # Until the wrapper has handled every line written up to the ready line (a backlog of slow lines
+    # is handled after it was written), and no earlier than that line's write.
+    before_ready = sum(1 for ns, _, _ in written if ready_line and ns <= ready_line)
+    handled_by = handled[before_ready - 1][0] if 0 < before_ready <= len(handled) else None
+    cpu_ready = sampler.cpu_at(max(ready_line, handled_by or 0)) if ready_line else None
     window_s = (ready_line - first) / 1e9 if first and ready_line else None
     log_cpu = round(cpu_ready - cpu_first, 3) if cpu_first is not None and cpu_ready is not None else None
     end = served_ns or wrapper_ready
