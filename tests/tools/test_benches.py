@@ -22,6 +22,7 @@ from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
 from warmstart_dev.bench import boot_goal_met
 from warmstart_dev.lbbench import children, compare, cpu_seconds, lb_goal_met, split_cores
+from warmstart_dev.rehearsalbench import lags_ms, percentiles
 from warmstart_dev.scriptedengine import make_app
 from warmstart_dev.servebench import serve_goal_met
 from warmstart_dev.siblingsbench import siblings_goal_met
@@ -53,6 +54,33 @@ def test_bench_boot_runs_both_sides_cold_then_warm(tmp_path, fake_vllm_python):
     assert result["warmstart_verdicts"] == ["cold", "warm", "warm"]
     assert len(result["warmstart_before_engine_s"]) == len(result["warmstart_wrapper_cpu_s"]) == 3
     assert isinstance(result["goal_met"], bool)
+
+
+def test_bench_rehearsal_quick_boots_tp8_cold_then_warm_through_every_front(tmp_path, fake_vllm_python):
+    """The real wrapper over the rehearsal engine on 8 fake H100s: each front's cold boot wrote and published
+    the tree, its warm one restored it and wrote nothing, and every measure came back from every run."""
+    result = run_bench(tmp_path, fake_vllm_python, "rehearsal", "--quick", "--tp", "8", "--volumes", "local")
+    assert result["benchmark"] == "rehearsal" and result["speed"] == 100.0 and result["scale"] == 0.05
+    assert sorted(result["runs"]) == sorted(
+        f"local/{front}/tp8/{boot}" for front in ("boot", "queue", "load_balancer") for boot in ("cold", "warm")
+    )
+    assert result["all_served"] and result["warm_wrote_nothing"] and result["warm_verdicts"] == ["warm"]
+    for name, run in result["runs"].items():
+        assert run["verdict"] == name.rsplit("/", 1)[1], name
+        assert run["lag_ms"]["lines"] == run["lag_ms"]["lines_written"] > 10 and run["lag_ms"]["lines_unmatched"] == 0
+        assert run["log_cpu_s"] is not None and run["ready_to_serving_ms"] is not None and run["peak_rss_mb"] > 0
+        assert (run["restore_s"] or 0) > 0 if name.endswith("warm") else (run["publish_s"] or 0) > 0, name
+    assert set(result["budgets_met"]) == {"lag_p99", "lag_max", "log_cpu_share"}
+
+
+def test_rehearsal_lag_pairs_each_handled_line_with_its_own_write():
+    """Lines of the same bytes are paired in order; a line never handled is counted, not paired."""
+    written = [(1_000_000, 7, 10), (2_000_000, 7, 10), (3_000_000, 8, 4)]
+    handled = [(1_500_000, 7, 10), (4_000_000, 7, 10)]
+    lags, unhandled = lags_ms(written, handled)
+    assert lags == [0.5, 2.0] and unhandled == 1
+    assert percentiles(lags) == {"p50": 2.0, "p99": 2.0, "max": 2.0, "lines": 2}
+    assert percentiles([])["max"] is None
 
 
 def test_bench_predict_boots_each_configuration_cold_then_warm_and_scores_them(tmp_path, fake_vllm_python):

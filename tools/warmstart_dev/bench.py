@@ -242,6 +242,23 @@ def main(args: argparse.Namespace) -> int:
             chunk_interval_ms=args.chunk_interval_ms,
             front_core=args.front_core,
         )
+    elif args.bench == "rehearsal":
+        from .rehearsalbench import bench_rehearsal, summary
+
+        result = bench_rehearsal(
+            Path(args.workdir).resolve(),
+            quick=args.quick,
+            tps=tuple(int(t) for t in args.tp.split(",")),
+            fronts=tuple(args.fronts.split(",")),
+            volumes=tuple(args.volumes.split(",")),
+            cold_log=args.cold_log,
+            warm_log=args.warm_log,
+            speed=args.speed,
+            scale=args.scale,
+            long_line=args.long_line,
+        )
+        if not args.runs:
+            result = summary(result)
     elif args.bench == "serve":
         from .servebench import bench_api, bench_serve
 

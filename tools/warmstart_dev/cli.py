@@ -1,8 +1,7 @@
 """`warmstart-dev`: the project's tools, beside `warmstart` but never in the image.
 
     warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
-    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress|logread
-                                                              benchmarks, printed as JSON
+    warmstart-dev bench NAME [...]                            benchmarks, printed as JSON (`bench --help` lists them)
     warmstart-dev sourcemap [--check]                         docs/development.md's source map, from the tree
 
 Errors read as `warmstart`'s do (one line, exit 2 for settings, model and engine errors).
@@ -17,6 +16,8 @@ import sys
 from pathlib import Path
 
 from warmstart.cli import dispatch, setup_logging
+
+from .rehearsal import DEFAULT_COLD, DEFAULT_WARM
 
 
 def cmd_testmodel(args: argparse.Namespace) -> int:
@@ -132,6 +133,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the wrapper (the front) on a core of its own, the client and the engine on the others",
     )
+    b = bench_sub.add_parser(
+        "rehearsal", help="the wrapper's own cost on a GPU-shaped boot: a real GPU log and cache tree replayed"
+    )
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/rehearsal")
+    b.add_argument("--quick", action="store_true", help="a small tree (scale 0.05), replayed 100x faster")
+    b.add_argument("--tp", default="1,8", help="tensor-parallel sizes, comma-separated (default 1,8)")
+    b.add_argument("--fronts", default="boot,queue,load_balancer", help="default boot,queue,load_balancer")
+    b.add_argument("--volumes", default="local,slowfs", help="local and/or slowfs (default both)")
+    b.add_argument("--cold-log", default=DEFAULT_COLD, help="the log a cold boot replays (a GPU log)")
+    b.add_argument("--warm-log", default=DEFAULT_WARM, help="the log a warm boot replays")
+    b.add_argument("--speed", type=float, help="replay this many times faster (default 10; --quick 100)")
+    b.add_argument("--scale", type=float, help="the tree's share of its full size (default 0.5; --quick 0.05)")
+    b.add_argument("--long-line", type=int, default=0, help="grow the engine-config line to this many bytes")
+    b.add_argument("--runs", action="store_true", help="every run's whole record, not the summary")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("sourcemap", help="write docs/development.md's source map from the modules' docstrings")

@@ -91,7 +91,8 @@ def plan_publish(store: BundleStore, local: Path, *, distrust: Iterable[str] = (
         return PublishPlan(None, local_files, True, f"no generation in the {store.kind} store yet")
     # A path that is a file here and a directory in the store (or the other way round) keeps its newer
     # form: a copy restored before another worker changed it must not undo that change.
-    local_files = {p: v for p, v in local_files.items() if p not in older_forms(local_files, base.files)}
+    older = older_forms(local_files, base.files)  # once: inside the comprehension it ran per file (quadratic)
+    local_files = {p: v for p, v in local_files.items() if p not in older}
     carry = without_conflicts(
         {
             p: f
