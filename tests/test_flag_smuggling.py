@@ -13,7 +13,10 @@ import json
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from helpers.flagcheck import materialize, through_warmstart, warmstart_side_problems
+from helpers.hostile import hostile_configuration
 from helpers.run import base_env, run_warmstart
 from warmstart.engine.process import vllm_flags
 from warmstart.key import key_args
@@ -201,3 +204,17 @@ def test_warmstart_key_prints_its_factors(tmp_path, volume, tiny_model, fake_vll
     assert "  factor args.max_model_len = 512" in result.stdout.splitlines()
     assert any(line.startswith("  factor engine.vllm = ") for line in result.stdout.splitlines())
     assert SECRET not in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- the property, warmstart's side
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=hostile_configuration())
+def test_hostile_configurations_are_refused_or_masked(case, tmp_path_factory):
+    """Generated variables (helpers/hostile.py): `--` prefixes, abbreviations, `=` forms, list variables, the
+    config file. Each is refused in lines that quote no secret, or accepted with no flag of warmstart's set
+    twice and every secret masked in the key, the recorded argv and a log line. vLLM's own parser reads the
+    same cases in tests/vllm/test_flag_parser_property.py."""
+    outcome = through_warmstart(materialize(case, tmp_path_factory.getbasetemp(), 0))
+    assert warmstart_side_problems(outcome) == [], outcome

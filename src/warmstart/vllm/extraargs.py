@@ -36,11 +36,18 @@ def extra_args_problems(extra_args: tuple[str, ...], source: str = "VLLM_EXTRA_A
     (vllm/flagtypes.json) before anything starts: an unknown flag or a value vLLM's parser would refuse is
     one line here, not vLLM's 300-line usage text ~25 s later with a junk key left on the volume."""
     problems: list[str] = []
+    position = 0  # the word an occurrence starts at, from 1
     for occurrence in parse_argv(extra_args):
         name = occurrence.flag
-        if name is None or name.startswith(
-            "-O"
-        ):  # -O<level> / -O.field: vLLM's own shorthand for the compilation config
+        position += len(occurrence.tokens)
+        if name is None:
+            # vLLM's parser gives a word no flag takes to its positional `model_tag` (or refuses it): never
+            # what was meant (`--api-key=K1 K2`: K2 is no key). Not quoted: it may be a secret.
+            problems.append(
+                f"{source}: word {position} is a value that no flag takes (vLLM would read it as the model)"
+            )
+            continue
+        if name.startswith("-O"):  # -O<level> / -O.field: vLLM's own shorthand for the compilation config
             continue
         # `-cc.field v` / `--compilation-config.field v`: one field of a JSON flag (vLLM's
         # FlexibleArgumentParser reads the dotted form); the flag before the dot must be a JSON one.
