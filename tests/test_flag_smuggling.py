@@ -60,6 +60,7 @@ def test_credentials_inside_json_flags_never_reach_the_key_the_argv_or_a_log_lin
     loader = {"tensorizer_config": {"tensorizer_uri": "s3://b/m.tensors", "s3_secret_access_key": SECRET}}
     assert leaks({"MODEL_LOADER_EXTRA_CONFIG": json.dumps(loader)}, SECRET) == []
     assert leaks({"MODEL_LOADER_EXTRA_CONFIG": json.dumps({"s3_access_key_id": SECRET})}, SECRET) == []
+    assert leaks({"WATERMARK_CONFIG": '{"key": 73194628501}'}, "73194628501") == []
     tier = {"type": "obj", "bucket": "b", "session_token": SECRET}
     kv = {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {"secondary_tiers": [tier]}}
     assert leaks({"VLLM_EXTRA_ARGS": f"--kv-transfer-config '{json.dumps(kv)}'"}, SECRET) == []

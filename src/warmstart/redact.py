@@ -82,8 +82,8 @@ class Redactor:
             extra = env.get("VLLM_EXTRA_ARGS", "").split()
             values += [w for w in extra if not w.startswith("-")]
         for name, value in env.items():
-            if value.lstrip().startswith(("{", "[")):
-                values += secret_json_values(name, value)
+            if value.lstrip().startswith(("{", "[")):  # read as its flag's (WATERMARK_CONFIG: --watermark-config)
+                values += secret_json_values("--" + name.lower().replace("_", "-"), value)
         return cls([*values, *secret_flag_values([*_config_args(env, extra), *extra])])
 
     def text(self, text: str) -> str:
