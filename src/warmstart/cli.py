@@ -35,6 +35,7 @@ def _settings(args: argparse.Namespace):  # noqa: ANN202 - Settings, imported la
 
 
 def cmd_key(args: argparse.Namespace) -> int:
+    from warmstart.key import flatten
     from warmstart.plan import plan_boot
 
     settings = _settings(args)
@@ -47,6 +48,9 @@ def cmd_key(args: argparse.Namespace) -> int:
     else:
         print(described["key"])
         print(f"  dir: {described['key_dir']}")
+        # The factors the key is the digest of, one per line (docs/commands.md), secrets masked (key.py).
+        for name, value in flatten(described["factors"]).items():
+            print(f"  factor {name} = {json.dumps(value) if not isinstance(value, str) else value}")
         for name, value in described["env"].items():
             print(f"  {name}={value}")
         # What a boot would warn about (a variable that changes nothing, a removed flag): someone

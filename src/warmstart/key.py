@@ -34,11 +34,12 @@ from .engine.process import vllm_flags
 from .envnames import is_secret_variable
 from .hardware import Hardware
 from .model import ResolvedModel
-from .secrets import MASK, SECRET_JSON_FIELDS, looks_secret
+from .secrets import MASK, SECRET_JSON_FIELDS, dotted_secret, looks_secret, mask_json, secret_json_values
 from .settings import Settings
 from .variables import ENGINE_FLAGS
 from .vllm.argv import flags, without_flags
 from .vllm.argvalues import dest_of, parsed_values
+from .vllm.flagtypes import FLAGS
 from .vllm.hashing import EXTRA_ARGS_NOT_IN_KEY, JSON_FIELDS_NOT_IN_KEY, MAPPED_ENV, VLLM_ENV_NOT_HASHED
 from .vllm.install import EngineInfo
 
@@ -70,30 +71,48 @@ def _slug(text: str, limit: int = 48) -> str:
 
 def key_extra_args(extra: tuple[str, ...]) -> list[str]:
     """VLLM_EXTRA_ARGS minus the flags (and their values) that cannot change artifacts."""
-    dropped = {name for name in flags(extra) if name in EXTRA_ARGS_NOT_IN_KEY or looks_secret(name)}
+    dropped = {
+        name for name in flags(extra) if name in EXTRA_ARGS_NOT_IN_KEY or looks_secret(name) or dotted_secret(name)
+    }
     return without_flags(extra, dropped)
+
+
+def _masked(values: dict[str, Any]) -> dict[str, Any]:
+    """Every credential inside a JSON-valued flag masked, at any depth (secrets.py says which fields are);
+    a JSON flag's text that is not JSON but names one (vLLM refuses it), and an unknown flag's word that
+    does, masked whole."""
+    for flag, row in FLAGS.items():
+        if row.kind != "json" or not flag.startswith("--") or row.dest not in values:
+            continue
+        value = values[row.dest]
+        if isinstance(value, (dict, list)):
+            values[row.dest] = mask_json(flag, value)
+        elif isinstance(value, str) and secret_json_values(flag, value):
+            values[row.dest] = MASK
+        if flag in SECRET_JSON_FIELDS and not isinstance(values[row.dest], dict):
+            values[row.dest] = MASK  # not an object (vLLM refuses it): the whole value may be the secret
+    for name, occurrences in values.items():
+        if name.startswith("-"):  # a flag the table does not know: its words as written
+            values[name] = [[MASK if secret_json_values(name, w) else w for w in words] for words in occurrences]
+    return values
 
 
 def key_args(settings: Settings, fit: ConcurrencyFit | None = None) -> dict[str, Any]:
     """The flags vLLM will be given (VLLM_CONFIG_FILE's, which vLLM puts first, the engine-flag variables,
     the plan's concurrency fit, then VLLM_EXTRA_ARGS), as the values vLLM's parser sets; serving-only
-    flags and secrets left out, JSON secret fields masked. The file enters as the flags it stands for, so
-    a file of serving-only settings leaves the key as it was, and its path never enters."""
+    flags and secrets left out, JSON credential fields masked. The file enters as the flags it stands for,
+    so a file of serving-only settings leaves the key as it was, and its path never enters."""
     argv = vllm_flags(settings, fit)
-    dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY or looks_secret(f)} | FLAGS_NOT_IN_KEY
+    secret = {f for f in flags(argv) if looks_secret(f) or dotted_secret(f)}
+    # `--config`'s path never enters: the file's flags do (settings reads it, vllm/configfile.py).
+    dropped = {f for f in flags(argv) if f in FLAGS_NOT_IN_KEY} | secret | FLAGS_NOT_IN_KEY | {"--config"}
     values = parsed_values(argv, dropped)
     for flag, unhashed in JSON_FIELDS_NOT_IN_KEY.items():
         if isinstance(values.get(dest := dest_of(flag)), dict):
             values[dest] = {k: v for k, v in values[dest].items() if k not in unhashed}
             if not values[dest]:
                 del values[dest]  # only fields vLLM does not hash: as if the flag were not given
-    for flag, fields in SECRET_JSON_FIELDS.items():
-        dest = dest_of(flag)
-        if isinstance(values.get(dest), dict):
-            values[dest] = {k: (MASK if k in fields else v) for k, v in values[dest].items()}
-        elif dest in values:  # not a JSON object (vLLM refuses it): the whole value may be the secret
-            values[dest] = MASK
-    return values
+    return _masked(values)
 
 
 def key_vllm_env(vllm_env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:

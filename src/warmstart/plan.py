@@ -148,8 +148,13 @@ def detect_engine_hardware(settings: Settings, engine: EngineInfo, env: Mapping[
 
 def plan_boot(settings: Settings, *, no_download_reason: str | None = None, write: bool = True) -> BootPlan:
     """Resolve the model, probe the engine and hardware, derive the key, place the caches, open the tiers.
-    `write=False`: nothing is written to the volume (`warmstart key`)."""
+    `write=False`: nothing is written to the volume (`warmstart key`, which prints the warnings itself).
+    A boot says the settings' warnings first (MAX_MODEL_LENGTH changes nothing: did you mean
+    MAX_MODEL_LEN?), before the model, the stores or vLLM take any time: the report repeats them later."""
     t0 = time.monotonic()
+    if write:
+        for warning in settings.warnings:
+            warning.log()
     volume = probe_volume(settings, write=write)
     if volume.read_only is not None:
         volume.warnings[0].log()

@@ -15,27 +15,42 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from .secrets import (
     BASE64_RUN,
     MASK,
     MIN_MASKED_ANYWHERE,
-    SECRET_JSON_FIELDS,
     URL_PASSWORD,
     decodes_to_secret,
+    dotted_secret,
     encoded_forms,
     looks_secret,
     secret_env_values,
+    secret_json_values,
     secret_values_in,
 )
 from .secrets import without_secret_fields as _without_secret_fields
-from .vllm.argv import parse_argv
+from .vllm.argv import parse_argv, values_of
+from .vllm.configfile import ConfigFileError, config_file_args
 
 
 def secret_flag_values(args: Iterable[str]) -> list[str]:
     """The secret values in an argv: every value of a secret flag (`--api-key k1 k2`, `--hf-token=S`)
     and the secret fields of a JSON-valued flag (`--watermark-config '{"key": ...}'`)."""
     return secret_values_in((o.flag, o.values) for o in parse_argv(args))
+
+
+def _config_args(env: Mapping[str, str], extra: list[str]) -> tuple[str, ...]:
+    """The flags of the config file vLLM will read (VLLM_CONFIG_FILE, else `--config FILE` in
+    VLLM_EXTRA_ARGS); none where it cannot be read (settings says why, in one line)."""
+    named = (env.get("VLLM_CONFIG_FILE") or "").strip() or next(iter(values_of(extra, ("--config",))), "")
+    if not named:
+        return ()
+    try:
+        return config_file_args(Path(named))
+    except ConfigFileError:
+        return ()
 
 
 class Redactor:
@@ -55,15 +70,21 @@ class Redactor:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Redactor:
-        """Values of secret-named variables, and of secret-named flags inside VLLM_EXTRA_ARGS
-        (`--api-key S`: vLLM prints its non-default args, S included, in its first log line)."""
+        """Every secret the environment gives vLLM or warmstart: values of secret-named variables, of
+        secret flags inside VLLM_EXTRA_ARGS (`--api-key S`: vLLM prints its non-default args, S included,
+        in its first log line), and inside the config file (VLLM_CONFIG_FILE, or `--config FILE` there),
+        and the credential fields of any variable whose value is a JSON object
+        (MODEL_LOADER_EXTRA_CONFIG's `s3_secret_access_key`: vLLM prints that config whole)."""
         values = secret_env_values(env)
         try:
             extra = shlex.split(env.get("VLLM_EXTRA_ARGS", ""))
         except ValueError:  # unbalanced quotes: settings reports it; mask every word meanwhile
             extra = env.get("VLLM_EXTRA_ARGS", "").split()
             values += [w for w in extra if not w.startswith("-")]
-        return cls([*values, *secret_flag_values(extra)])
+        for name, value in env.items():
+            if value.lstrip().startswith(("{", "[")):  # read as its flag's (WATERMARK_CONFIG: --watermark-config)
+                values += secret_json_values("--" + name.lower().replace("_", "-"), value)
+        return cls([*values, *secret_flag_values([*_config_args(env, extra), *extra])])
 
     def text(self, text: str) -> str:
         text = URL_PASSWORD.sub(lambda m: m.group(1) + MASK + "@", text)
@@ -82,9 +103,11 @@ class Redactor:
         for o in parse_argv(args):
             if o.flag is not None and looks_secret(o.flag):
                 out += [f"{o.written}={MASK}"] if o.inline else [str(o.written), *(MASK for _ in o.values)]
-            elif o.flag in SECRET_JSON_FIELDS and o.values:
+            elif o.flag is not None and dotted_secret(o.flag):
+                out += [f"{o.written}={MASK}"] if o.inline else [str(o.written), *(MASK for _ in o.values)]
+            elif o.flag is not None and o.values and secret_json_values(o.flag, o.values[0]):
                 masked = _without_secret_fields(o.flag, o.values[0])
-                out += [f"{o.written}={masked}"] if o.inline else [str(o.written), masked]
+                out += [f"{o.written}={masked}"] if o.inline else [str(o.written), masked, *o.tokens[2:]]
             else:
                 out += [self.text(token) for token in o.tokens]
         return out

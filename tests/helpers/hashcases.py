@@ -93,6 +93,7 @@ EXTRA_FRAGMENTS: dict[str, list[str]] = {
     "--disable-custom-all-reduce": ["--disable-custom-all-reduce"],
     "--enable-flashinfer-autotune": ["--enable-flashinfer-autotune"],
     "--disable-hybrid-kv-cache-manager": ["--disable-hybrid-kv-cache-manager"],
+    "--stream-interval": ["--stream-interval", "4"],
 }
 
 # Variables: one value each; the rule is "vLLM's env hash changes" == "the key changes".

@@ -1,7 +1,11 @@
 """Hostile input, as hypothesis strategies shared by the fuzz tests of both fronts (the queue
-handler, tests/worker/test_fuzz.py; the HTTP front, tests/worker/test_front_fuzz.py)."""
+handler, tests/worker/test_fuzz.py; the HTTP front, tests/worker/test_front_fuzz.py), and by the tests
+of the variables-to-argv path (hostile configuration, at the end)."""
 
 from __future__ import annotations
+
+import json
+import shlex
 
 from hypothesis import strategies as st
 
@@ -85,3 +89,109 @@ def mutated_route(draw: st.DrawFn) -> str:
         else:
             route = route.strip("/") if draw(st.booleans()) else route + "/"
     return route
+
+
+# --------------------------------------------------------------------------- hostile configuration
+# Issue 38: variables that smuggle vLLM flags past warmstart's checks, and secrets hidden where vLLM reads
+# them. Cases for tests/test_flag_smuggling.py and tests/vllm/test_flag_parser_property.py: each is
+# {"env": variables, "config": a YAML config file's mapping or None, "config_how": "VLLM_CONFIG_FILE" or
+# "--config"}. Secrets are SECRET_WORDS, put only where vLLM reads a secret (a secret flag, a credential
+# field of a JSON flag); anywhere else they are smuggled, and must be refused.
+
+SECRET_WORDS = tuple(f"sentinelHOSTILE{i}q7" for i in range(8))
+SECRET_NUMBERS = tuple(str(7319462850 + i) for i in range(4))  # --watermark-config's key is an int
+secret_words = st.sampled_from(SECRET_WORDS)
+
+
+@st.composite
+def flag_fragment(draw: st.DrawFn) -> list[str]:
+    """A flag and its values as VLLM_EXTRA_ARGS words, of one kind: refused (warmstart sets it), secret,
+    JSON with a credential (whole or one dotted field), or plain. Refused ones are rarer, so that many
+    cases are accepted and reach vLLM's parser."""
+    s = draw(secret_words)
+    number = draw(st.sampled_from(SECRET_NUMBERS))
+    kv = {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {"secondary_tiers": [{"secret_key": s}]}}
+    kinds = {
+        "refused": [
+            ("--host", "0.0.0.0"),
+            ("--port", "9"),
+            ("--revision", "other"),
+            ("--model", "/other"),
+            ("--download-dir", "/x"),
+        ],
+        "secret": [("--api-key", s), ("--api-key", s, draw(secret_words)), ("--hf-token", s)],
+        "json": [
+            ("--model-loader-extra-config", json.dumps({"s3_secret_access_key": s, "num_readers": 2})),
+            ("--model-loader-extra-config", json.dumps({"tensorizer_config": {"s3_access_key_id": s}})),
+            ("--kv-transfer-config", json.dumps(kv)),
+            ("--watermark-config", json.dumps({"key": int(number)})),
+            ("--model-loader-extra-config.s3_secret_access_key", s),
+            ("--watermark-config.key", number),
+        ],
+        "plain": [
+            ("--max-num-seqs", "4"),
+            ("--enforce-eager",),
+            ("--seed", "3"),
+            ("--served-model-name", "a", "b"),
+            ("--allowed-media-domains", "a.example"),
+        ],
+    }
+    kind = draw(st.sampled_from(["refused", "secret", "secret", "json", "json", "plain"]))
+    return list(draw(st.sampled_from(kinds[kind])))
+
+
+@st.composite
+def spelt(draw: st.DrawFn, fragment: list[str]) -> list[str]:
+    """The fragment's flag as vLLM's parser also takes it: whole, abbreviated (argparse's allow_abbrev),
+    with underscores (FlexibleArgumentParser), or with its first value after `=`."""
+    flag, *values = fragment
+    how = draw(st.sampled_from(["whole", "whole", "abbreviated", "underscores", "equals"]))
+    if how == "abbreviated" and flag.startswith("--") and "." not in flag:
+        flag = flag[: draw(st.integers(3, len(flag) - 1))] if len(flag) > 3 else flag
+    elif how == "underscores":
+        flag = "--" + flag[2:].partition(".")[0].replace("-", "_") + "".join(flag[2:].partition(".")[1:])
+    elif how == "equals" and values:
+        return [f"{flag}={values[0]}", *values[1:]]
+    return [flag, *values]
+
+
+CONFIG_ENTRIES = [
+    {"host": "0.0.0.0"},
+    {"hos": "0.0.0.0"},
+    {"max-num-seqs": 4},
+    {"enforce-eager": True},
+    {"api-key": ["SECRET", "SECRET"]},
+    {"hf-token": "SECRET"},
+    {"allowed-media-domains": ["a.example", "--host", "0.0.0.0"]},
+    {"api-key": "SECRET"},
+    {"api_key": ["SECRET"]},
+    {"api-ke": "SECRET"},
+    {"model-loader-extra-config": {"tensorizer_config": {"s3_secret_access_key": "SECRET"}}},
+]
+
+
+@st.composite
+def hostile_configuration(draw: st.DrawFn) -> dict:
+    """Variables (and maybe a config file) a hostile or careless user sets: flags in VLLM_EXTRA_ARGS in every
+    spelling vLLM takes, flags inside a list variable's value or a single value, JSON variables with
+    credentials, a config file by VLLM_CONFIG_FILE or `--config FILE`."""
+    env: dict[str, str] = {}
+    words = [w for _ in range(draw(st.integers(0, 3))) for w in draw(spelt(draw(flag_fragment())))]
+    if draw(st.integers(0, 3)) == 0:
+        env["ALLOWED_MEDIA_DOMAINS"] = " ".join(["a.example", *draw(spelt(draw(flag_fragment())))])
+    if draw(st.integers(0, 4)) == 0:
+        env["TOKENIZER_NAME"] = draw(spelt(draw(flag_fragment())))[0]
+    if draw(st.booleans()):
+        loader = {"s3_secret_access_key": draw(secret_words), "s3_endpoint": "http://s3.invalid"}
+        env["MODEL_LOADER_EXTRA_CONFIG"] = json.dumps(loader)
+    if draw(st.integers(0, 3)) == 0:
+        env["VLLM_API_KEY"] = draw(secret_words)
+    config = None
+    if draw(st.booleans()):
+        config = {}
+        for entry in draw(st.lists(st.sampled_from(CONFIG_ENTRIES), max_size=3)):
+            config.update(json.loads(json.dumps(entry).replace("SECRET", draw(secret_words))))
+    how = draw(st.sampled_from(["VLLM_CONFIG_FILE", "--config"]))
+    if words:
+        env["VLLM_EXTRA_ARGS"] = shlex.join(words)
+    return {"env": env, "config": config, "config_how": how}

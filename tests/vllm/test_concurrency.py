@@ -112,12 +112,14 @@ def test_off_adds_nothing(env):
     assert "--max-num-seqs" not in engine_flag_args(settings(off))
 
 
-def test_a_config_file_is_left_alone():
+def test_a_config_file_is_left_alone(tmp_path):
     """vLLM reads `--config FILE` below the command line (argparse_utils.py `_pull_args_from_config`:
-    "cli > config > defaults"): a fitted flag would override the file's max-num-seqs."""
-    env = {"VLLM_EXTRA_ARGS": "--config /etc/vllm.yaml"}
+    "cli > config > defaults"): a fitted flag would override the file's max-num-seqs. `--config FILE`
+    in VLLM_EXTRA_ARGS is read as VLLM_CONFIG_FILE is (its flags, not its path)."""
+    (config := tmp_path / "vllm.yaml").write_text("max-num-seqs: 8\n")
+    env = {"VLLM_EXTRA_ARGS": f"--config {config}"}
     assert added_by_warmstart(env) == []
-    assert "/etc/vllm.yaml" in fit_concurrency(settings(env)).reason
+    assert "VLLM_CONFIG_FILE gives --max-num-seqs" in fit_concurrency(settings(env)).reason
 
 
 def test_fitted_flag_comes_before_extra_args():

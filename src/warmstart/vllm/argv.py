@@ -113,6 +113,19 @@ def is_flag(token: str) -> bool:
     return token.startswith("-") and token != "-" and not _NUMBER.match(token)
 
 
+# argparse's `_negative_number_matcher` (Lib/argparse.py): such a word is a value, not an option.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def reads_as_option(word: str) -> bool:
+    """Would vLLM's parser take this word for an option, wherever it stands? Any word that starts with
+    `-` but `-` itself and a negative number (argparse), and a dotted one even then (`-0.5`:
+    FlexibleArgumentParser.parse_args reads every `-` word with a `.` as `-KEY.FIELD VALUE`; `-O3` is
+    `--optimization-level 3`). A value word of this shape is a flag smuggled in (`--host` inside
+    ALLOWED_MEDIA_DOMAINS), or one vLLM refuses; either way not a value."""
+    return word.startswith("-") and word != "-" and (not _NEGATIVE_NUMBER.match(word) or "." in word)
+
+
 def vllm_spelling(flag: str) -> str:
     """A flag as vLLM's parser names it: in a `--` flag, underscores before the first `.` are dashes
     (`--max_num_seqs` is `--max-num-seqs`, `--compilation_config.level` is `--compilation-config.level`;

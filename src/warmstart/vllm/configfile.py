@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .argv import parse_argv, without_flags
 from .flagtypes import FLAGS
 
 
@@ -59,3 +60,24 @@ def config_file_args(path: Path) -> tuple[str, ...]:
         else:
             args += [f"--{key}", str(value)]
     return tuple(args)
+
+
+def config_in_extra_args(extra: tuple[str, ...]) -> tuple[tuple[str, ...], Path | None, list[str]]:
+    """VLLM_EXTRA_ARGS without its `--config FILE`, FILE, and the problems: vLLM reads that file's flags
+    (the same pull as VLLM_CONFIG_FILE's, `_pull_args_from_config`), so the key and the checks must too,
+    and it must be read as VLLM_CONFIG_FILE is. vLLM pulls a file only from the two words `--config FILE`
+    (`if "--config" in args`); `--config=FILE` is stored and never read, so it is refused."""
+    given = [o for o in parse_argv(extra) if o.flag == "--config"]
+    if not given:
+        return extra, None, []
+    problems = []
+    if any(o.inline for o in given):
+        problems.append(
+            "VLLM_EXTRA_ARGS: --config=FILE is never read by vLLM (it reads a config file only from "
+            "`--config FILE`); set VLLM_CONFIG_FILE"
+        )
+    if len(given) > 1:  # vLLM: "More than one config file specified!"
+        problems.append("VLLM_EXTRA_ARGS: --config given more than once; vLLM takes one config file")
+    if given[-1].value is None:
+        return extra, None, [*problems, "VLLM_EXTRA_ARGS: --config names no file"]
+    return tuple(without_flags(extra, ("--config",))), Path(given[-1].value), problems

@@ -11,8 +11,24 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 
-from .argv import parse_argv
+from .argv import parse_argv, reads_as_option
 from .flagtypes import FLAGS
+
+
+def abbreviated(name: str) -> list[str]:
+    """The options of vLLM's that `name` abbreviates, as argparse's `allow_abbrev` reads a prefix (vLLM's
+    FlexibleArgumentParser keeps it: `--hos` is `--host`, `-t` is `-tp`; utils/argparse_utils.py, 0.32 and
+    0.33); [] for a whole name. warmstart refuses every abbreviation instead of resolving it: which option a
+    prefix names depends on the release's parser (0.33 added `--disable-x` to every `--enable-x`) and on the
+    Python's argparse (3.11 here, 3.12 in the image), and a prefix that is unique today can name a refused
+    or secret flag after an upgrade. A whole name means the same to every check and to both releases."""
+    if name in FLAGS or name.startswith("-O") or not name.startswith("-") or len(name) < 2:
+        return []
+    if name.startswith("--"):
+        return sorted(option for option in FLAGS if option.startswith(name))
+    # `-t` abbreviates `-tp`; `-qfp8` is `-q fp8`, a short option with its value attached (argparse 3.11
+    # `_get_option_tuples`): both take an option by a prefix.
+    return sorted(o for o in FLAGS if not o.startswith("--") and (o.startswith(name) or name.startswith(o)))
 
 
 def extra_args_problems(extra_args: tuple[str, ...], source: str = "VLLM_EXTRA_ARGS") -> list[str]:
@@ -20,20 +36,29 @@ def extra_args_problems(extra_args: tuple[str, ...], source: str = "VLLM_EXTRA_A
     (vllm/flagtypes.json) before anything starts: an unknown flag or a value vLLM's parser would refuse is
     one line here, not vLLM's 300-line usage text ~25 s later with a junk key left on the volume."""
     problems: list[str] = []
+    position = 0  # the word an occurrence starts at, from 1
     for occurrence in parse_argv(extra_args):
         name = occurrence.flag
-        if name is None or name.startswith(
-            "-O"
-        ):  # -O<level> / -O.field: vLLM's own shorthand for the compilation config
+        position += len(occurrence.tokens)
+        if name is None:
+            # vLLM's parser gives a word no flag takes to its positional `model_tag` (or refuses it): never
+            # what was meant (`--api-key=K1 K2`: K2 is no key). Not quoted: it may be a secret.
+            problems.append(
+                f"{source}: word {position} is a value that no flag takes (vLLM would read it as the model)"
+            )
+            continue
+        if name.startswith("-O"):  # -O<level> / -O.field: vLLM's own shorthand for the compilation config
             continue
         # `-cc.field v` / `--compilation-config.field v`: one field of a JSON flag (vLLM's
         # FlexibleArgumentParser reads the dotted form); the flag before the dot must be a JSON one.
         base, dotted, _ = name.partition(".")
         flag = FLAGS.get(base if dotted else name)
-        if flag is None and name.startswith("--") and not dotted:
-            # argparse takes a unique prefix of a long option (allow_abbrev; test_concurrency's `--max-num-se`).
-            prefixed = [option for option in FLAGS if option.startswith(name)]
-            flag = FLAGS[prefixed[0]] if len(prefixed) == 1 else None
+        if flag is None and (meant := abbreviated(base if dotted else name)):
+            problems.append(
+                f"{source}: {occurrence.written} abbreviates {' or '.join(meant)}: write flags in full "
+                "(vLLM's parser would take the prefix; warmstart checks whole names only)"
+            )
+            continue
         if flag is not None and dotted:
             if flag.kind == "json":
                 continue
@@ -50,6 +75,18 @@ def extra_args_problems(extra_args: tuple[str, ...], source: str = "VLLM_EXTRA_A
                 except ValueError:
                     problems.append(f"{source}: {occurrence.written} {value!r}: vLLM expects {flag.kind}")
     return problems
+
+
+def smuggled_flags(env: str, words: list[str]) -> list[str]:
+    """An engine-flag variable's value words that vLLM's parser would read as flags of their own
+    (`ALLOWED_MEDIA_DOMAINS="example.com --host 0.0.0.0"` sets vLLM's host): refused, whatever the flag.
+    Only the flag's name is quoted: a value written `--api-key=S` holds a secret."""
+    return [
+        f"{env}: {word.partition('=')[0]!r} would reach vLLM as a flag, not a value; "
+        "give vLLM's flags in VLLM_EXTRA_ARGS"
+        for word in words
+        if reads_as_option(word)
+    ]
 
 
 # Names that a container commonly has and that happen to spell a vLLM flag: no warning for them.

@@ -51,6 +51,10 @@ EXTRA_ARGS_NOT_IN_KEY = frozenset(
         "--disable-custom-all-reduce",
         "--enable-flashinfer-autotune",
         "--disable-hybrid-kv-cache-manager",
+        # How often output is streamed, not what is compiled: SchedulerConfig.compute_hash hashes
+        # max_num_batched_tokens and max_num_seqs alone (config/scheduler.py, 0.32 and 0.33), and
+        # `stream_interval` is read by the output processor only.
+        "--stream-interval",
     }
 )
 
