@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, log
-from .errors import EXIT_CONFIG, SettingsError, WarmstartError
+from .errors import EXIT_CONFIG, SettingsError, StoreUnavailable, WarmstartError
 from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
 from .redact import Redactor
@@ -204,8 +204,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise SettingsError(["--keep-last must be 0 or more"])
     ttl = read_one(args.environ, "WARMSTART_LEASE_TTL_S")
     options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
-    scan = scan_volume(_layout(args))
-    plan = plan_gc(scan, options, ttl_s=ttl)
+    try:
+        plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl)
+    except StoreUnavailable as exc:  # e.g. a key's readers/ cannot be listed: who reads what is unknown
+        log.error("gc", "%s; nothing was deleted (fix or remove that folder, then run gc again)", exc)
+        return 1
     if not args.dry_run and not args.yes:
         if not sys.stdin.isatty():
             log.error("gc", "refusing to delete without --yes (or look first with --dry-run)")
@@ -216,7 +219,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
             return 1
         # The answer may have taken minutes: a boot may have begun meanwhile. Plan again, and
         # remove only what was confirmed and is still unused (keys and snapshots alike).
-        plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl, within=plan)
+        try:
+            plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl, within=plan)
+        except StoreUnavailable as exc:
+            log.error("gc", "%s; nothing was deleted", exc)
+            return 1
     data = plan.to_json(dry_run=True) if args.dry_run else plan.execute(ttl_s=ttl).to_json(plan)
     errors = data.get("errors", [])
     for error in errors:

@@ -602,3 +602,19 @@ def test_a_boot_is_marked_in_progress_until_it_fails_and_gc_keeps_its_key(tmp_pa
             proc.kill()
     assert not list((volume / "warmstart" / "booting").iterdir()), "a failed boot left its marker"
     assert scan_volume(layout).keys[0].in_use == ()
+
+
+def test_gc_says_clearly_when_a_keys_readers_cannot_be_listed_and_deletes_nothing(volume3):
+    """A key's `readers/` that cannot be listed (here: a file where the folder should be, ENOTDIR):
+    what reads it is unknown, so gc deletes nothing and says which folder, with no traceback (issue 38)."""
+    layout, keys, _ = volume3
+    readers = layout.key_dir(keys[2]) / "staged" / "readers"  # a key gc keeps: its garbage is planned
+    shutil.rmtree(readers, ignore_errors=True)
+    readers.write_text("not a directory")
+    before = stat_tree(layout.root)
+    for args in (("--dry-run",), ("--yes",), ("--yes", "--json")):
+        out = run_cli("gc", "--older-than", "2", *args, "--volume", str(layout.root))  # keys[0] selected
+        assert out.returncode == 1, (args, out.stderr)
+        assert "Traceback" not in out.stderr, out.stderr
+        assert "readers" in out.stderr and "nothing was deleted" in out.stderr, out.stderr
+        assert stat_tree(layout.root) == before
