@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import from_env, process_environment
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def setup_logging() -> None:
@@ -180,7 +183,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from warmstart.plan import plan_boot
 
         settings = _settings(args)
-        plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
+        plan = plan_boot(
+            settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`", write=False
+        )
         scan = scan_volume(plan.layout)
         on, key, image = settings.seed_siblings == "auto", plan.key, plan.image
         result = explain.explain_current(key.dirname, key.factors, plan.mode, scan, plan.seed, seeding=on, image=image)
@@ -272,7 +277,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not args.evaluate:
         from warmstart.plan import plan_boot
 
-        plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing")
+        plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing", write=False)
         layout = plan.layout
     assert layout is not None
     scan = scan_volume(layout)
@@ -422,7 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     if rest and args.command != "serve":  # serve hands --rp_* options to the Runpod SDK
         build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest
-    return dispatch(args)
+    try:
+        code = dispatch(args)
+        sys.stdout.flush()  # a pipe closed early shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # `warmstart report LOG | head`: the reader has what it wanted. Quiet, as any Unix tool
+        # (the exit status a shell shows after SIGPIPE); stdout goes to /dev/null so that the
+        # interpreter's own flush at exit fails no more (Python's docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return code
 
 
 def dispatch(args: argparse.Namespace) -> int:
