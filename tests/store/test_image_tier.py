@@ -298,3 +298,32 @@ def test_keys_published_to_each_tier_export_to_the_same_caches(volume, local, s3
         assert restore(image_store(out, KEY), dest, reader="w").restored
         restored[tier] = tree(dest)
     assert restored["s3"] == restored["volume"] == tree(local)
+
+
+@pytest.mark.parametrize("bad", ["..", ".", "a b", "..%2f", ".hidden", "UPPER..x", "x" * 300])
+def test_a_key_name_a_store_lists_that_is_no_key_name_is_skipped_and_the_export_folder_survives(
+    volume, s3_root, tmp_path, caplog, bad
+):
+    """Any writer to the bucket can add `keys/../`: its CommonPrefix became the key `..`, a plain
+    `--gpu` export chose it, and `rmtree(out/keys/..)` removed `out` (issue 38, finding 5). A name
+    that is not a key's (key.py's grammar) is skipped, with a warning, wherever a listing yields it."""
+    staged = volume / KEY / "staged"
+    record = {"key": KEY, "factors": FACTORS, "published": "2999-01-01T00:00:00+00:00"}  # the newest
+    for path in sorted(p for p in staged.rglob("*") if p.is_file()):
+        s3_root.call(
+            "put_object", Key=s3_root.url.key(f"keys/{bad}/staged/{path.relative_to(staged)}"), Body=path.read_bytes()
+        )
+    s3_root.call("put_object", Key=s3_root.url.key(f"keys/{bad}/staged/key.json"), Body=json.dumps(record).encode())
+    listed = s3_root.call("list_objects_v2", Prefix=s3_root.url.key("keys/"), Delimiter="/")
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == [s3_root.url.key(f"keys/{bad}/")]
+    out = tmp_path / "image-caches"
+    out.mkdir()
+    (out / "README.md").write_text("the repo's own file")
+    found = stored_keys(volume, s3_root)
+    assert [k.name for k in found] == [KEY]
+    assert any("not a key name" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    chosen, missing = choose_keys(found, wanted=wanted(), gpus=["H100"])
+    assert list(chosen) == [KEY] and not missing
+    export(chosen, store_opener(volume, s3_root), out)
+    assert (out / "README.md").read_text() == "the repo's own file"
+    assert sorted(os.listdir(out / "keys")) == [KEY]
