@@ -15,13 +15,11 @@ import sys
 from pathlib import Path
 
 from . import __version__, log
-from .errors import EXIT_CONFIG, SettingsError, StoreUnavailable, WarmstartError
+from .errors import EXIT_CONFIG, SettingsError, WarmstartError
 from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import from_env, process_environment
-
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def setup_logging() -> None:
@@ -198,8 +196,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from .settings import read_one
-    from .store.gc import GcOptions, parse_size, plan_gc
-    from .store.scan import scan_volume
+    from .store.gc import GcOptions, parse_size, plan_or_say
 
     try:
         max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
@@ -209,10 +206,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise SettingsError(["--keep-last must be 0 or more"])
     ttl = read_one(args.environ, "WARMSTART_LEASE_TTL_S")
     options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
-    try:
-        plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl)
-    except StoreUnavailable as exc:  # e.g. a key's readers/ cannot be listed: who reads what is unknown
-        log.error("gc", "%s; nothing was deleted (fix or remove that folder, then run gc again)", exc)
+    if (plan := plan_or_say(_layout(args), options, ttl)) is None:
         return 1
     if not args.dry_run and not args.yes:
         if not sys.stdin.isatty():
@@ -224,10 +218,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             return 1
         # The answer may have taken minutes: a boot may have begun meanwhile. Plan again, and
         # remove only what was confirmed and is still unused (keys and snapshots alike).
-        try:
-            plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl, within=plan)
-        except StoreUnavailable as exc:
-            log.error("gc", "%s; nothing was deleted", exc)
+        if (plan := plan_or_say(_layout(args), options, ttl, within=plan)) is None:
             return 1
     data = plan.to_json(dry_run=True) if args.dry_run else plan.execute(ttl_s=ttl).to_json(plan)
     errors = data.get("errors", [])
@@ -430,12 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = dispatch(args)
         sys.stdout.flush()  # a pipe closed early shows here, not in the interpreter's exit
-    except BrokenPipeError:
-        # `warmstart report LOG | head`: the reader has what it wanted. Quiet, as any Unix tool
-        # (the exit status a shell shows after SIGPIPE); stdout goes to /dev/null so that the
-        # interpreter's own flush at exit fails no more (Python's docs, "Note on SIGPIPE").
+    except BrokenPipeError:  # `report LOG | head`: quiet, as any Unix tool (Python's docs, "Note on SIGPIPE")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        return 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
     return code
 
 
