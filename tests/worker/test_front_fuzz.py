@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers.hostile import json_values, mutated_route
+from helpers.hostile import hostile_json_bodies, json_values, mutated_route
 from warmstart.worker.front import Engine, Front, FrontServer
 from warmstart.worker.jsoncheck import cheap
 from warmstart.worker.loadbalancer import drain
@@ -118,7 +118,7 @@ def encode(value: Any) -> bytes:
 
 targets = mutated_route() | st.sampled_from(sorted(ROUTES)) | st.text(max_size=40).map(lambda t: "/" + t)
 verbs = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "post", "G ET"])
-bodies = st.none() | json_values.map(encode) | st.binary(max_size=64)
+bodies = st.none() | json_values.map(encode) | st.binary(max_size=64) | hostile_json_bodies()
 
 
 @settings(
