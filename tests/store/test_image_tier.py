@@ -327,3 +327,17 @@ def test_a_key_name_a_store_lists_that_is_no_key_name_is_skipped_and_the_export_
     export(chosen, store_opener(volume, s3_root), out)
     assert (out / "README.md").read_text() == "the repo's own file"
     assert sorted(os.listdir(out / "keys")) == [KEY]
+
+
+def test_a_gpu_that_matches_no_key_names_the_nearest_keys_and_what_differs():
+    """`warmstart export --gpu H100` said only `no key`: now it names the near keys, as explain does (issue 38)."""
+    from warmstart.imagecmd import near_keys
+
+    h200 = {**FACTORS, "hardware": {**FACTORS["hardware"], "name": "NVIDIA H200"}}
+    stored = [StoredKey("k-h100", FACTORS, "volume", "2026-12-02"), StoredKey("k-h200", h200, "s3", "2026-12-01")]
+    assert near_keys(stored, wanted(), "H100") == []  # one matches: nothing to explain
+    lines = near_keys(stored, wanted(max_model_len=1024), "H100")
+    assert lines[0] == "--gpu H100: nearest key k-h100 (volume): --max-model-len 512 -> 1024"
+    assert lines[1] == "--gpu H100: nearest key k-h200 (s3): GPU NVIDIA H200 -> H100, --max-model-len 512 -> 1024"
+    assert near_keys(stored, wanted(), "B200")[0].startswith("--gpu B200: nearest key k-h100 (volume): GPU NVIDIA H100")
+    assert near_keys([], wanted(), "H100") == ["--gpu H100: the store(s) hold no key at all"]
