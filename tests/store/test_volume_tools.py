@@ -618,3 +618,23 @@ def test_gc_says_clearly_when_a_keys_readers_cannot_be_listed_and_deletes_nothin
         assert "Traceback" not in out.stderr, out.stderr
         assert "readers" in out.stderr and "nothing was deleted" in out.stderr, out.stderr
         assert stat_tree(layout.root) == before
+
+
+def test_predict_says_when_it_extrapolates_and_explains_its_suggested_init_timeout():
+    """One configuration on record predicted the same times for MAX_MODEL_LEN=4096 MAX_NUM_SEQS=64 without
+    saying so; the suggested RUNPOD_INIT_TIMEOUT came without its reason (issue 38)."""
+    one = [s for s in _synthetic_samples() if s.key == "k0"]
+    models = predict.PhaseModels.fit(one)
+    bigger = {**one[0].x, "max_model_len": 4096.0, "max_num_seqs": 64.0}
+    doc = predict.prediction(models, bigger, init_timeout_s=30.0, timeout_from_env=False)
+    (said,) = [w for w in doc["warnings"] if w.startswith("extrapolating: ")]
+    assert "MAX_MODEL_LEN 4096 is outside what was recorded (256)" in said
+    assert "MAX_NUM_SEQS 64 is outside what was recorded (4)" in said and "one configuration is on record" in said
+    assert len(doc["extrapolating"]) == 3
+    crossing = [w for w in doc["warnings"] if "RUNPOD_INIT_TIMEOUT=" in w]
+    assert crossing and all("times 1.5, plus 60 s" in w for w in crossing)
+    same = predict.prediction(models, one[0].x, init_timeout_s=420.0, timeout_from_env=False)
+    assert same["extrapolating"] == [] and not same["warnings"]
+    many = predict.PhaseModels.fit(_synthetic_samples())
+    within = {"model_gb": 3.5, "layers": 4.0, "max_model_len": 700.0, "max_num_seqs": 6.0}
+    assert predict.prediction(many, within, init_timeout_s=420.0, timeout_from_env=False)["extrapolating"] == []
