@@ -56,7 +56,7 @@ def image_caches(args: argparse.Namespace) -> Path | None:
     from .settings import read_one
 
     raw = getattr(args, "image", None) or read_one(args.environ, "WARMSTART_IMAGE_CACHES")
-    return Path(raw) if raw and Path(raw).is_dir() else None
+    return Path(raw) if raw and Path(raw).exists() else None  # a folder, or an export's .tar (read as it is)
 
 
 def image_block(caches: Path | None) -> dict[str, Any] | None:

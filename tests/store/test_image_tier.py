@@ -341,3 +341,35 @@ def test_a_gpu_that_matches_no_key_names_the_nearest_keys_and_what_differs():
     assert lines[1] == "--gpu H100: nearest key k-h200 (s3): GPU NVIDIA H200 -> H100, --max-model-len 512 -> 1024"
     assert near_keys(stored, wanted(), "B200")[0].startswith("--gpu B200: nearest key k-h100 (volume): GPU NVIDIA H100")
     assert near_keys([], wanted(), "H100") == ["--gpu H100: the store(s) hold no key at all"]
+
+
+def test_image_caches_that_give_this_key_nothing_say_which_keys_they_hold_and_why(volume, tmp_path, caplog):
+    """WARMSTART_IMAGE_CACHES at a .tar, or at caches without this boot's key, was silently ignored;
+    so was `warmstart ls --image x.tar` (issue 38). The boot says why; ls reads the .tar as it is."""
+    from warmstart.imagecmd import image_block
+
+    folder = baked(volume, tmp_path / "image-caches")
+    archive = baked(volume, tmp_path / "caches.tar")
+    other = KEY.replace("h100-80gb-hbm3-sm90x1", "h200-141gb-hbm3e-sm90x1")
+    flags_only = KEY[: -len("6cb17eac28")] + "0123456789"
+
+    def warned() -> str:
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        caplog.clear()
+        return line
+
+    assert image_store(archive, KEY) is None
+    assert f"{archive} is a file (it holds 1 key(s): {KEY})" in warned()
+    assert image_store(folder, other) is None
+    hardware = "hardware h100-80gb-hbm3-sm90x1 (this boot: h200-141gb-hbm3e-sm90x1)"
+    assert f"they hold {KEY}: differs in {hardware}" in warned()
+    assert image_store(folder, flags_only) is None
+    assert "its flags or vLLM variables differ" in warned()
+    assert image_store(tmp_path / "nowhere", KEY) is None and "no such folder" in warned()
+    assert image_store(folder, KEY) is not None and not caplog.records
+    (tmp_path / "plain").mkdir()  # a plain build: the caches folder holds only a README, nothing to say
+    assert image_store(tmp_path / "plain", KEY) is None and not caplog.records
+    from_tar, from_folder = image_block(archive), image_block(folder)
+    assert from_tar is not None and from_folder is not None
+    assert from_tar["keys"] == from_folder["keys"] and from_tar["keys"][0]["generation"] == 2
+    assert from_tar["warnings"] and "is a .tar" in from_tar["warnings"][0]
