@@ -406,3 +406,20 @@ def test_a_half_sent_head_or_body_is_closed_at_its_deadline(lone_front):
         assert conn.getresponse().read() is not None
         time.sleep(0.7)
     conn.close()
+
+
+def test_where_no_checker_process_can_start_a_costly_body_is_checked_on_the_loop(monkeypatch, caplog):
+    """A process that cannot start a checker (spawn from an unguarded main module, no fork allowed)
+    still answers every request: the check runs on the loop, said once in the log."""
+    from warmstart.worker.jsoncheck import BodyChecker
+
+    checker = BodyChecker()
+
+    def refuse() -> None:
+        raise RuntimeError("An attempt has been made to start a new process before bootstrapping")
+
+    monkeypatch.setattr(checker, "_executor", refuse)
+    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
+    assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
+    assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
+    assert sum("checked on the event loop" in r.getMessage() for r in caplog.records) == 1

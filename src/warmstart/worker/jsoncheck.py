@@ -20,6 +20,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from .. import log
 from .routes import MAX_DEPTH, too_deep, too_deep_message
 
 # On the loop: at most this many bytes, and this many structural characters. Measured on the
@@ -75,6 +76,7 @@ class BodyChecker:
         self.checkers = checkers
         self.limit = checkers + waiting
         self.pending = 0
+        self.warned = False
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -92,7 +94,14 @@ class BodyChecker:
             raise Busy(f"{self.pending} large request bodies are being checked; retry")
         self.pending += 1
         try:
-            return await asyncio.wrap_future(self._executor().submit(json_problem, body))
+            try:
+                future = self._executor().submit(json_problem, body)
+            except (RuntimeError, OSError) as exc:  # no process can be started here: check on the loop
+                if not self.warned:
+                    self.warned = True
+                    log.warning("front", "large request bodies are checked on the event loop: %s", str(exc)[:200])
+                return json_problem(body)
+            return await asyncio.wrap_future(future)
         except BrokenProcessPool:  # a checker was killed (out of memory, most likely): a fresh pool next time
             self.close()
             raise Busy("the request body's check was interrupted; retry") from None
