@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -184,7 +185,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from warmstart.plan import plan_boot
 
         settings = _settings(args)
-        plan = plan_boot(settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`")
+        plan = plan_boot(
+            settings, no_download_reason="`warmstart explain` downloads nothing; run `warmstart fetch`", write=False
+        )
         scan = scan_volume(plan.layout)
         on, key, image = settings.seed_siblings == "auto", plan.key, plan.image
         result = explain.explain_current(key.dirname, key.factors, plan.mode, scan, plan.seed, seeding=on, image=image)
@@ -197,8 +200,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from .settings import read_one
-    from .store.gc import GcOptions, parse_size, plan_gc
-    from .store.scan import scan_volume
+    from .store.gc import GcOptions, parse_size, plan_or_say
 
     try:
         max_bytes = parse_size(args.max_bytes) if args.max_bytes else None
@@ -208,8 +210,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise SettingsError(["--keep-last must be 0 or more"])
     ttl = read_one(args.environ, "WARMSTART_LEASE_TTL_S")
     options = GcOptions(args.older_than, args.keep_last, max_bytes, args.models)
-    scan = scan_volume(_layout(args))
-    plan = plan_gc(scan, options, ttl_s=ttl)
+    if (plan := plan_or_say(_layout(args), options, ttl)) is None:
+        return 1
     if not args.dry_run and not args.yes:
         if not sys.stdin.isatty():
             log.error("gc", "refusing to delete without --yes (or look first with --dry-run)")
@@ -220,7 +222,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
             return 1
         # The answer may have taken minutes: a boot may have begun meanwhile. Plan again, and
         # remove only what was confirmed and is still unused (keys and snapshots alike).
-        plan = plan_gc(scan_volume(_layout(args)), options, ttl_s=ttl, within=plan)
+        if (plan := plan_or_say(_layout(args), options, ttl, within=plan)) is None:
+            return 1
     data = plan.to_json(dry_run=True) if args.dry_run else plan.execute(ttl_s=ttl).to_json(plan)
     errors = data.get("errors", [])
     for error in errors:
@@ -269,7 +272,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not args.evaluate:
         from warmstart.plan import plan_boot
 
-        plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing")
+        plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing", write=False)
         layout = plan.layout
     assert layout is not None
     scan = scan_volume(layout)
@@ -419,7 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     if rest and args.command != "serve":  # serve hands --rp_* options to the Runpod SDK
         build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest
-    return dispatch(args)
+    try:
+        code = dispatch(args)
+        sys.stdout.flush()  # a pipe closed early shows here, not in the interpreter's exit
+    except BrokenPipeError:  # `report LOG | head`: quiet, as any Unix tool (Python's docs, "Note on SIGPIPE")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
+    return code
 
 
 def dispatch(args: argparse.Namespace) -> int:

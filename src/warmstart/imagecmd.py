@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from . import log
 
 if TYPE_CHECKING:  # the CLI's parser imports this module: what a command needs, it imports when it runs
     from .settings import Settings
-    from .store.export import Wanted
+    from .store.export import StoredKey, Wanted
 
 
 def add_image_parsers(
@@ -56,7 +56,7 @@ def image_caches(args: argparse.Namespace) -> Path | None:
     from .settings import read_one
 
     raw = getattr(args, "image", None) or read_one(args.environ, "WARMSTART_IMAGE_CACHES")
-    return Path(raw) if raw and Path(raw).is_dir() else None
+    return Path(raw) if raw and Path(raw).exists() else None  # a folder, or an export's .tar (read as it is)
 
 
 def image_block(caches: Path | None) -> dict[str, Any] | None:
@@ -125,9 +125,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         where = {"s3": "WARMSTART_S3_URL is not set", "volume": f"no volume at {root}"}.get(args.source, "")
         raise SettingsError([where or f"no volume at {root} and no WARMSTART_S3_URL: nothing to export from"])
     wanted = None if args.key else wanted_from(settings)
-    chosen, missing = choose_keys(stored_keys(keys_dir, s3), names=args.key or (), wanted=wanted, gpus=args.gpu or ())
+    stored = stored_keys(keys_dir, s3)
+    chosen, missing = choose_keys(stored, names=args.key or (), wanted=wanted, gpus=args.gpu or ())
     if missing:
-        raise SettingsError([f"{m}: nothing exported" for m in missing])
+        near = [near_keys(stored, wanted, gpu) for gpu in args.gpu or () if wanted is not None]
+        raise SettingsError([f"{m}: nothing exported" for m in missing] + [line for lines in near for line in lines])
     try:
         result = export(chosen, store_opener(keys_dir, s3), Path(args.out))
     except ExportError as exc:
@@ -138,6 +140,40 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         print(f"exported {len(result.keys)} key(s) to {result.path}: {size_words(result.bundle_bytes)} of bundles")
     return 0
+
+
+def near_keys(stored: Iterable[StoredKey], wanted: Wanted, gpu: str, limit: int = 3) -> list[str]:
+    """For a `--gpu` that matched no key: the nearest stored keys and what differs from this
+    environment's (as `warmstart explain` says it), fewest differences first; [] when one matches."""
+    from .explain import describe_differences, factor_differences
+    from .store.export import gpu_matches, matches
+
+    if any(matches(k.factors, wanted, gpu) is not None for k in stored):
+        return []
+    scored = []
+    for k in stored:
+        hardware = k.factors.get("hardware") if isinstance(k.factors.get("hardware"), dict) else {}
+        theirs = {"model": k.factors.get("model"), "args": k.factors.get("args") or {}}
+        own = {"model": wanted.model, "args": dict(wanted.args)}
+        if wanted.revision:
+            theirs["revision"], own["revision"] = k.factors.get("revision"), wanted.revision
+        # A key of the same kind with more vLLM variables matches (the image sets some): only those it lacks differ.
+        mine = dict(wanted.vllm_env(str(hardware.get("kind"))))
+        recorded = dict(k.factors.get("vllm_env") or {})
+        theirs["vllm_env"] = {n: recorded.get(n) for n in mine}
+        own["vllm_env"] = mine
+        differs = factor_differences(theirs, own)
+        if not gpu_matches(hardware, gpu):
+            differs = {"GPU": [hardware.get("name") or hardware.get("kind"), gpu], **differs}
+        scored.append((len(differs), k.last_used, k.name, k.tier, differs))
+    scored.sort(key=lambda s: s[1], reverse=True)
+    scored.sort(key=lambda s: s[0])  # stable: among equals, the most recently used first
+    if not scored:
+        return [f"--gpu {gpu}: the store(s) hold no key at all"]
+    return [
+        f"--gpu {gpu}: nearest key {name} ({tier}): {describe_differences(differs)}"
+        for _, _, name, tier, differs in scored[:limit]
+    ]
 
 
 def wanted_from(settings: Settings) -> Wanted:

@@ -289,6 +289,30 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
     }
 
 
+LABELS = {"model_gb": "the model's size (GB)", "layers": "layers", "max_model_len": "MAX_MODEL_LEN",
+          "max_num_seqs": "MAX_NUM_SEQS"}  # fmt: skip
+
+
+def extrapolation(samples: Sequence[Sample], x: Mapping[str, float | None]) -> list[str]:
+    """Why a prediction for `x` is an extrapolation: a feature outside every recorded boot's range
+    (with one configuration on record, any change), or [] when it lies within them."""
+    out = []
+    configurations = {tuple(sorted(s.x.items())) for s in samples}
+    for name in FEATURES:
+        value = x.get(name)
+        seen = sorted({v for s in samples if (v := s.x.get(name)) is not None})
+        if value is None or not seen or seen[0] <= value <= seen[-1]:
+            continue
+        recorded = f"{seen[0]:g}" if len(seen) == 1 else f"{seen[0]:g} to {seen[-1]:g}"
+        out.append(f"{LABELS[name]} {value:g} is outside what was recorded ({recorded})")
+    if out and len(configurations) == 1:
+        out.append(
+            "one configuration is on record: each phase is predicted as it took there, whatever the settings; "
+            "boot this configuration once (or a few others) for a fit that can tell"
+        )
+    return out
+
+
 def prediction(
     models: PhaseModels, x: Mapping[str, float | None], *, init_timeout_s: float, timeout_from_env: bool
 ) -> dict[str, Any]:
@@ -303,6 +327,9 @@ def prediction(
     source = (
         "RUNPOD_INIT_TIMEOUT" if timeout_from_env else "Runpod's default cold-start limit (RUNPOD_INIT_TIMEOUT unset)"
     )
+    out["extrapolating"] = outside = extrapolation(models.samples, x)
+    if outside:
+        out["warnings"].append("extrapolating: " + "; ".join(outside))
     for name, cold in (("cold", True), ("warm", False)):
         got = models.predict(x, cold)
         if got is None:
@@ -314,7 +341,9 @@ def prediction(
         if ready >= init_timeout_s:
             out["warnings"].append(
                 f"predicted {name} ready time {ready:.0f} s crosses the {init_timeout_s:.0f} s of {source}: "
-                f"set RUNPOD_INIT_TIMEOUT={int(ready * 1.5 + 60)} before deploying"
+                f"set RUNPOD_INIT_TIMEOUT={int(ready * 1.5 + 60)} before deploying (the prediction times 1.5, "
+                "plus 60 s: a worker's boot varies with its machine and its network volume's speed, and Runpod "
+                "kills a worker that has not answered within the limit)"
             )
     out["crosses_init_timeout"] = any(
         out[n] is not None and out[n]["ready_s"] >= init_timeout_s for n in ("cold", "warm")

@@ -7,6 +7,9 @@ behaves as FAKE_VLLM_MODE says:
     crash          print a few lines and a traceback, exit 1 before serving
     hang           print a few lines and never serve
     die_after=N    serve, then exit 1 after N seconds (an engine death while serving)
+    engine_dead_after=N  serve; after N seconds the engine core dies and the API server lives on, as
+                   with VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1: /health answers 503 (vLLM 0.32 and 0.33,
+                   entrypoints/serve/instrumentator/health.py: `except EngineDeadError: ... 503`)
     odd            serve, after log lines that look almost like vLLM's markers
 
 FAKE_VLLM_ARTIFACTS=COUNT:BYTES:TAG adds COUNT compiled files of BYTES each (staged tests).
@@ -65,7 +68,7 @@ class Handler(BaseHTTPRequestHandler):
         if self._unauthorized():
             return
         if self.path == "/health":
-            self._json(200, {})
+            self._json(503 if engine_dead.is_set() else 200, {})
         elif self.path == "/v1/models":
             self._json(
                 200, {"object": "list", "data": [{"id": os.environ.get("FAKE_SERVED", "fake"), "object": "model"}]}
@@ -109,6 +112,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 serving = threading.Event()
+engine_dead = threading.Event()
 
 
 def main() -> None:
@@ -182,6 +186,16 @@ def main() -> None:
             os._exit(1)
 
         threading.Thread(target=die, daemon=True).start()
+    if mode.startswith("engine_dead_after="):
+        delay_dead = float(mode.split("=", 1)[1])
+
+        def engine_dies() -> None:
+            time.sleep(delay_dead)
+            print("fake engine core died; the API server stays up", flush=True)
+            child.kill()
+            engine_dead.set()
+
+        threading.Thread(target=engine_dies, daemon=True).start()
     if jit_after := os.environ.get("FAKE_VLLM_JIT_AFTER"):
 
         def jit() -> None:

@@ -91,6 +91,20 @@ def mutated_route(draw: st.DrawFn) -> str:
     return route
 
 
+# Bodies that are JSON in all but one way, or legal and costly: NaN/Infinity (Python's json reads
+# them, JSON does not), nesting at and past MAX_DEPTH, and many small containers (each costs a parse).
+@st.composite
+def hostile_json_bodies(draw: st.DrawFn) -> bytes:
+    how = draw(st.sampled_from(["constant", "deep", "wide"]))
+    if how == "constant":
+        constant = draw(st.sampled_from([b"NaN", b"Infinity", b"-Infinity"]))
+        return draw(st.sampled_from([b'{"a": %s}', b"[1, %s]", b'{"p": {"q": [%s]}}'])) % constant
+    if how == "deep":
+        depth = draw(st.integers(60, 70))
+        return b'{"prompt": ' + b"[" * depth + b"]" * depth + b"}"
+    return b'{"prompt": [' + b",".join([b"[[]]"] * draw(st.integers(1, 5000))) + b"]}"
+
+
 # --------------------------------------------------------------------------- hostile configuration
 # Issue 38: variables that smuggle vLLM flags past warmstart's checks, and secrets hidden where vLLM reads
 # them. Cases for tests/test_flag_smuggling.py and tests/vllm/test_flag_parser_property.py: each is

@@ -298,3 +298,78 @@ def test_keys_published_to_each_tier_export_to_the_same_caches(volume, local, s3
         assert restore(image_store(out, KEY), dest, reader="w").restored
         restored[tier] = tree(dest)
     assert restored["s3"] == restored["volume"] == tree(local)
+
+
+@pytest.mark.parametrize("bad", ["..", ".", "a b", "..%2f", ".hidden", "UPPER..x", "x" * 300])
+def test_a_key_name_a_store_lists_that_is_no_key_name_is_skipped_and_the_export_folder_survives(
+    volume, s3_root, tmp_path, caplog, bad
+):
+    """Any writer to the bucket can add `keys/../`: its CommonPrefix became the key `..`, a plain
+    `--gpu` export chose it, and `rmtree(out/keys/..)` removed `out` (issue 38, finding 5). A name
+    that is not a key's (key.py's grammar) is skipped, with a warning, wherever a listing yields it."""
+    staged = volume / KEY / "staged"
+    record = {"key": KEY, "factors": FACTORS, "published": "2999-01-01T00:00:00+00:00"}  # the newest
+    for path in sorted(p for p in staged.rglob("*") if p.is_file()):
+        s3_root.call(
+            "put_object", Key=s3_root.url.key(f"keys/{bad}/staged/{path.relative_to(staged)}"), Body=path.read_bytes()
+        )
+    s3_root.call("put_object", Key=s3_root.url.key(f"keys/{bad}/staged/key.json"), Body=json.dumps(record).encode())
+    listed = s3_root.call("list_objects_v2", Prefix=s3_root.url.key("keys/"), Delimiter="/")
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == [s3_root.url.key(f"keys/{bad}/")]
+    out = tmp_path / "image-caches"
+    out.mkdir()
+    (out / "README.md").write_text("the repo's own file")
+    found = stored_keys(volume, s3_root)
+    assert [k.name for k in found] == [KEY]
+    assert any("not a key name" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    chosen, missing = choose_keys(found, wanted=wanted(), gpus=["H100"])
+    assert list(chosen) == [KEY] and not missing
+    export(chosen, store_opener(volume, s3_root), out)
+    assert (out / "README.md").read_text() == "the repo's own file"
+    assert sorted(os.listdir(out / "keys")) == [KEY]
+
+
+def test_a_gpu_that_matches_no_key_names_the_nearest_keys_and_what_differs():
+    """`warmstart export --gpu H100` said only `no key`: now it names the near keys, as explain does (issue 38)."""
+    from warmstart.imagecmd import near_keys
+
+    h200 = {**FACTORS, "hardware": {**FACTORS["hardware"], "name": "NVIDIA H200"}}
+    stored = [StoredKey("k-h100", FACTORS, "volume", "2026-12-02"), StoredKey("k-h200", h200, "s3", "2026-12-01")]
+    assert near_keys(stored, wanted(), "H100") == []  # one matches: nothing to explain
+    lines = near_keys(stored, wanted(max_model_len=1024), "H100")
+    assert lines[0] == "--gpu H100: nearest key k-h100 (volume): --max-model-len 512 -> 1024"
+    assert lines[1] == "--gpu H100: nearest key k-h200 (s3): GPU NVIDIA H200 -> H100, --max-model-len 512 -> 1024"
+    assert near_keys(stored, wanted(), "B200")[0].startswith("--gpu B200: nearest key k-h100 (volume): GPU NVIDIA H100")
+    assert near_keys([], wanted(), "H100") == ["--gpu H100: the store(s) hold no key at all"]
+
+
+def test_image_caches_that_give_this_key_nothing_say_which_keys_they_hold_and_why(volume, tmp_path, caplog):
+    """WARMSTART_IMAGE_CACHES at a .tar, or at caches without this boot's key, was silently ignored;
+    so was `warmstart ls --image x.tar` (issue 38). The boot says why; ls reads the .tar as it is."""
+    from warmstart.imagecmd import image_block
+
+    folder = baked(volume, tmp_path / "image-caches")
+    archive = baked(volume, tmp_path / "caches.tar")
+    other = KEY.replace("h100-80gb-hbm3-sm90x1", "h200-141gb-hbm3e-sm90x1")
+    flags_only = KEY[: -len("6cb17eac28")] + "0123456789"
+
+    def warned() -> str:
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        caplog.clear()
+        return line
+
+    assert image_store(archive, KEY) is None
+    assert f"{archive} is a file (it holds 1 key(s): {KEY})" in warned()
+    assert image_store(folder, other) is None
+    hardware = "hardware h100-80gb-hbm3-sm90x1 (this boot: h200-141gb-hbm3e-sm90x1)"
+    assert f"they hold {KEY}: differs in {hardware}" in warned()
+    assert image_store(folder, flags_only) is None
+    assert "its flags or vLLM variables differ" in warned()
+    assert image_store(tmp_path / "nowhere", KEY) is None and "no such folder" in warned()
+    assert image_store(folder, KEY) is not None and not caplog.records
+    (tmp_path / "plain").mkdir()  # a plain build: the caches folder holds only a README, nothing to say
+    assert image_store(tmp_path / "plain", KEY) is None and not caplog.records
+    from_tar, from_folder = image_block(archive), image_block(folder)
+    assert from_tar is not None and from_folder is not None
+    assert from_tar["keys"] == from_folder["keys"] and from_tar["keys"][0]["generation"] == 2
+    assert from_tar["warnings"] and "is a .tar" in from_tar["warnings"][0]

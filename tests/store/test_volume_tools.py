@@ -602,3 +602,39 @@ def test_a_boot_is_marked_in_progress_until_it_fails_and_gc_keeps_its_key(tmp_pa
             proc.kill()
     assert not list((volume / "warmstart" / "booting").iterdir()), "a failed boot left its marker"
     assert scan_volume(layout).keys[0].in_use == ()
+
+
+def test_gc_says_clearly_when_a_keys_readers_cannot_be_listed_and_deletes_nothing(volume3):
+    """A key's `readers/` that cannot be listed (here: a file where the folder should be, ENOTDIR):
+    what reads it is unknown, so gc deletes nothing and says which folder, with no traceback (issue 38)."""
+    layout, keys, _ = volume3
+    readers = layout.key_dir(keys[2]) / "staged" / "readers"  # a key gc keeps: its garbage is planned
+    shutil.rmtree(readers, ignore_errors=True)
+    readers.write_text("not a directory")
+    before = stat_tree(layout.root)
+    for args in (("--dry-run",), ("--yes",), ("--yes", "--json")):
+        out = run_cli("gc", "--older-than", "2", *args, "--volume", str(layout.root))  # keys[0] selected
+        assert out.returncode == 1, (args, out.stderr)
+        assert "Traceback" not in out.stderr, out.stderr
+        assert "readers" in out.stderr and "nothing was deleted" in out.stderr, out.stderr
+        assert stat_tree(layout.root) == before
+
+
+def test_predict_says_when_it_extrapolates_and_explains_its_suggested_init_timeout():
+    """One configuration on record predicted the same times for MAX_MODEL_LEN=4096 MAX_NUM_SEQS=64 without
+    saying so; the suggested RUNPOD_INIT_TIMEOUT came without its reason (issue 38)."""
+    one = [s for s in _synthetic_samples() if s.key == "k0"]
+    models = predict.PhaseModels.fit(one)
+    bigger = {**one[0].x, "max_model_len": 4096.0, "max_num_seqs": 64.0}
+    doc = predict.prediction(models, bigger, init_timeout_s=30.0, timeout_from_env=False)
+    (said,) = [w for w in doc["warnings"] if w.startswith("extrapolating: ")]
+    assert "MAX_MODEL_LEN 4096 is outside what was recorded (256)" in said
+    assert "MAX_NUM_SEQS 64 is outside what was recorded (4)" in said and "one configuration is on record" in said
+    assert len(doc["extrapolating"]) == 3
+    crossing = [w for w in doc["warnings"] if "RUNPOD_INIT_TIMEOUT=" in w]
+    assert crossing and all("times 1.5, plus 60 s" in w for w in crossing)
+    same = predict.prediction(models, one[0].x, init_timeout_s=420.0, timeout_from_env=False)
+    assert same["extrapolating"] == [] and not same["warnings"]
+    many = predict.PhaseModels.fit(_synthetic_samples())
+    within = {"model_gb": 3.5, "layers": 4.0, "max_model_len": 700.0, "max_num_seqs": 6.0}
+    assert predict.prediction(many, within, init_timeout_s=420.0, timeout_from_env=False)["extrapolating"] == []

@@ -14,7 +14,9 @@ import asyncio
 import http.client
 import json
 import socket
+import statistics
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,8 +26,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers.hostile import json_values, mutated_route
+from helpers.hostile import hostile_json_bodies, json_values, mutated_route
 from warmstart.worker.front import Engine, Front, FrontServer
+from warmstart.worker.jsoncheck import cheap
+from warmstart.worker.loadbalancer import drain
 from warmstart.worker.routes import MAX_BODY_BYTES, MAX_DEPTH, ROUTES
 
 EXAMPLES = 1500
@@ -72,7 +76,7 @@ class RecordingServer(ThreadingHTTPServer):
 def front() -> Iterator[tuple[int, Front]]:
     engine = RecordingServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
-    state = Front()
+    state = Front(head_timeout_s=0.5, body_timeout_s=3.0, body_idle_s=0.5)
     server = FrontServer(state, "127.0.0.1", 0)
     server.start()
     state.serve(Engine(f"http://127.0.0.1:{engine.server_address[1]}", False, 30), lambda: None)
@@ -114,7 +118,7 @@ def encode(value: Any) -> bytes:
 
 targets = mutated_route() | st.sampled_from(sorted(ROUTES)) | st.text(max_size=40).map(lambda t: "/" + t)
 verbs = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "post", "G ET"])
-bodies = st.none() | json_values.map(encode) | st.binary(max_size=64)
+bodies = st.none() | json_values.map(encode) | st.binary(max_size=64) | hostile_json_bodies()
 
 
 @settings(
@@ -139,7 +143,7 @@ def test_any_request_is_answered_and_only_allowlisted_ones_reach_the_engine(fron
     forwardable = " " not in effective and effective in ROUTES and method in ROUTES[effective]
     if method == "POST" and forwardable:
         try:
-            value = json.loads(body or b"")
+            value = json.loads(body or b"", parse_constant=_refused_constant)  # NaN/Infinity: refused
             forwardable = not (isinstance(value, (dict, list)) and _depth(value) > MAX_DEPTH)
         except (ValueError, RecursionError):
             forwardable = False
@@ -154,6 +158,10 @@ def test_any_request_is_answered_and_only_allowlisted_ones_reach_the_engine(fron
         if method != "HEAD" and (status != 400 or content_type.startswith("application/json")):
             assert json.loads(answer)["error"]["message"], answer  # aiohttp's own parser answers 400 in text
     assert state.inflight == 0
+
+
+def _refused_constant(name: str) -> Any:
+    raise ValueError(name)
 
 
 def _depth(value: Any) -> int:
@@ -232,3 +240,186 @@ def test_streams_are_relayed_and_two_hundred_requests_at_once_are_each_answered(
     assert [status for status, _ in results] == [200] * 200
     assert all(body.endswith(b"data: [DONE]\n\n") for _, body in results[::2])
     assert state.inflight == 0
+
+
+@pytest.mark.parametrize("body", [b'{"a": NaN}', b"[Infinity]", b'{"x": {"y": -Infinity}}', b'{"p": 1, "t": NaN}'])
+def test_nan_and_infinity_are_refused_as_the_queue_worker_refuses_them(front, body):
+    """docs/jobs.md: both fronts refuse NaN/Infinity; vLLM itself answered 200 to `{"foo": NaN}` (issue 38)."""
+    port, _ = front
+    Recorder.seen.clear()
+    status, _, answer = send_raw(port, b"POST", b"/v1/completions", body)
+    assert status == 400 and "JSON does not allow" in json.loads(answer)["error"]["message"]
+    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"  # parsed by a checker process, not on the loop
+    assert not cheap(big) and send_raw(port, b"POST", b"/v1/completions", big)[0] == 400
+    assert Recorder.seen == []
+
+
+def _nested(size: int, depth: int = 60) -> bytes:
+    """A legal body (depth < MAX_DEPTH) of `size` bytes that costs the most to parse: small arrays nested deep."""
+    unit = b"[" * depth + b"]" * depth
+    return b'{"prompt": [' + b",".join([unit] * (size // (len(unit) + 1))) + b"]}"
+
+
+def _ping_while(port: int, busy: threading.Event) -> list[float]:
+    """/ping's latency (s), one after another on one keep-alive connection, while `busy` is set."""
+    latencies = []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    while busy.is_set():
+        t0 = time.perf_counter()
+        conn.request("GET", "/ping")
+        response = conn.getresponse()
+        response.read()
+        latencies.append(time.perf_counter() - t0)
+        assert response.status == 200
+        time.sleep(0.005)
+    conn.close()
+    return latencies
+
+
+def test_ping_answers_at_once_while_costly_bodies_are_checked(front):
+    """One request must not hold the event loop: a legal body of small arrays nested 60 deep costs
+    ~0.25-0.5 us a byte to parse (5.5 s for 20 MiB), and json.loads holds the GIL throughout, so it is
+    parsed in a checker process. Here 2 such bodies of 2 MiB at once (the old front: /ping waited
+    seconds). The goal is 50 ms; the bound allows for a loaded 2-core machine (issue 38)."""
+    port, state = front
+    Recorder.seen.clear()
+    body = _nested(2 << 20)
+    answers: list[int] = []
+    busy = threading.Event()
+    busy.set()
+    latencies: list[float] = []
+    pinger = threading.Thread(target=lambda: latencies.extend(_ping_while(port, busy)))
+    pinger.start()
+    time.sleep(0.1)
+    senders = [
+        threading.Thread(target=lambda: answers.append(send_raw(port, b"POST", b"/v1/completions", body)[0]))
+        for _ in range(2)
+    ]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(120)
+    busy.clear()
+    pinger.join(60)
+    assert answers == [200, 200] and len(Recorder.seen) == 2  # legal: checked, then forwarded
+    worst, median = max(latencies), statistics.median(latencies)
+    print(f"/ping while 2 x 2 MiB nested bodies were checked: {len(latencies)} pings, "
+          f"median {median * 1000:.1f} ms, max {worst * 1000:.1f} ms")  # fmt: skip
+    # The goal is 50 ms; the bound is for a 2-core machine shared with other work (load 20 seen: the
+    # front's thread then waits for a core). The old front held /ping for 1.5 to 8 s here.
+    assert median < 0.02 and worst < 0.5, (median, worst)
+    assert state.inflight == 0
+
+
+@pytest.fixture
+def lone_front() -> Iterator[tuple[int, Front]]:
+    """A front of its own (it is stopped, or its timeouts are short), before the same recording engine."""
+    engine = RecordingServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    state = Front(head_timeout_s=0.5, body_timeout_s=3.0, body_idle_s=0.5)
+    server = FrontServer(state, "127.0.0.1", 0)
+    server.start()
+    state.serve(Engine(f"http://127.0.0.1:{engine.server_address[1]}", False, 30), lambda: None)
+    try:
+        yield server.ports[0], state
+    finally:
+        server.stop()
+        engine.shutdown()
+
+
+def _head(body_size: int, extra: bytes = b"") -> bytes:
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: "
+        + str(body_size).encode()
+        + b"\r\n\r\n"
+    )
+
+
+def test_the_drain_waits_for_a_request_whose_body_was_still_arriving_at_sigterm(lone_front):
+    """SIGTERM (front.stop, then drain) while a request's body is half sent: the request was accepted
+    before the signal, so the drain waits for it and it is forwarded, not cut (issue 38, finding 7)."""
+    port, state = lone_front
+    Recorder.seen.clear()
+    body = b'{"prompt": "' + b"x" * 1000 + b'"}'
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(_head(len(body)) + body[:100])
+        time.sleep(0.2)  # the front has the head: the request is accepted, its body arrives
+        state.stop()
+        left: list[int] = []
+        drainer = threading.Thread(target=lambda: left.append(drain(state, 5.0)))
+        drainer.start()
+        time.sleep(0.2)
+        assert drainer.is_alive(), "the drain did not wait for the request still receiving its body"
+        sock.sendall(body[100:])
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 200
+        drainer.join(10)
+    assert left == [0] and [path for _, path, _, _ in Recorder.seen] == ["/v1/completions"]
+
+
+def test_expect_100_continue_is_answered_and_a_refusal_comes_before_the_body(lone_front):
+    """curl sends `Expect: 100-continue` with a large POST and waits 1 s for an answer before sending
+    the body anyway (issue 38, finding 8)."""
+    port, _ = lone_front
+    Recorder.seen.clear()
+    body = b'{"prompt": "hi"}'
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        sock.sendall(_head(len(body), b"Expect: 100-continue\r\n"))
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.settimeout(10)
+        sock.sendall(body)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 200
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:  # too large: 413 at once
+        sock.sendall(_head(MAX_BODY_BYTES + 1, b"Expect: 100-continue\r\n"))
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 413
+    assert len(Recorder.seen) == 1
+
+
+def test_a_half_sent_head_or_body_is_closed_at_its_deadline(lone_front):
+    """Two half-sent requests were still open after 65 s (issue 38, finding 8): a head is closed
+    `head_timeout_s` after its first byte, a body that pauses gets 408 and the connection closes."""
+    port, state = lone_front
+    Recorder.seen.clear()
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-")
+        assert sock.recv(100) == b""  # closed by the front
+    assert time.monotonic() - t0 < 3
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(_head(1000) + b'{"prompt": "')
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 408 and "did not arrive" in json.loads(response.read())["error"]["message"]
+    assert time.monotonic() - t0 < 6
+    assert Recorder.seen == [] and state.inflight == 0
+    # A request that arrives whole is untouched by the head deadline on a kept-alive connection.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    for _ in range(2):
+        conn.request("GET", "/ping")
+        assert conn.getresponse().read() is not None
+        time.sleep(0.7)
+    conn.close()
+
+
+def test_where_no_checker_process_can_start_a_costly_body_is_checked_on_the_loop(monkeypatch, caplog):
+    """A process that cannot start a checker (spawn from an unguarded main module, no fork allowed)
+    still answers every request: the check runs on the loop, said once in the log."""
+    from warmstart.worker.jsoncheck import BodyChecker
+
+    checker = BodyChecker()
+
+    def refuse() -> None:
+        raise RuntimeError("An attempt has been made to start a new process before bootstrapping")
+
+    monkeypatch.setattr(checker, "_executor", refuse)
+    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
+    assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
+    assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
+    assert sum("checked on the event loop" in r.getMessage() for r in caplog.records) == 1

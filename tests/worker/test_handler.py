@@ -277,3 +277,14 @@ def test_anthropic_messages_routes_are_allowed():
         req = parse({"openai_route": route, "openai_input": body})
         assert (req.route, req.method, req.body["model"]) == (route, "POST", SERVED)
         assert parse({"route": route, "body": body}).route == route
+
+
+def test_a_refused_job_run_locally_says_that_runpod_fails_it(caplog):
+    """Runpod's local simulator shows {"error": ...} as "status": "COMPLETED"; on Runpod the job FAILS
+    (README): a local run says so in the log (issue 38). On Runpod itself, no such line."""
+    for local in (True, False):
+        caplog.clear()
+        state = JobHandler("http://127.0.0.1:1", SERVED, 5, lambda: None, lambda: None, local=local)
+        assert run_job(state, {"route": "/sleep"})[0]["error"].startswith("bad input: route '/sleep'")
+        said = [r.getMessage() for r in caplog.records if "status is FAILED" in r.getMessage()]
+        assert len(said) == int(local), said

@@ -142,6 +142,34 @@ def test_vllm_death_turns_ping_503_and_the_worker_exits_3(tmp_path, volume, tiny
         worker.stop()
 
 
+def test_a_dead_engine_behind_a_living_api_server_turns_ping_503_and_the_worker_exits_3(
+    tmp_path, volume, tiny_model, fake_vllm_python
+):
+    """VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1: vLLM's API server outlives its engine, and its /health then
+    answers 503 (0.32 and 0.33: health.py, EngineDeadError). /ping follows it, not the process (issue 38)."""
+    worker = LbWorker(
+        volume,
+        tmp_path,
+        fake_vllm_python,
+        "engine-dead",
+        FAKE_SERVED=tiny_model.repo_id,
+        FAKE_VLLM_MODE="engine_dead_after=4",
+        VLLM_KEEP_ALIVE_ON_ENGINE_DEATH="1",
+    )
+    try:
+        worker.wait_serving(120)
+        pgid = worker.vllm_pgid()
+        wait_for(lambda: "the API server stays up" in worker.log, 30, "the engine's death")
+        wait_for(lambda: worker.ping() == 503, 8, "/ping 503 after vLLM's /health turned 503")
+        status, _, body = worker.post("/v1/completions", {"prompt": "x"})
+        assert status == 503 and "/health answers 503" in body["error"]["message"]
+        worker.proc.wait(60)
+        assert worker.proc.returncode == 3, worker.log[-3000:]
+        assert wait_gone(pgid)
+    finally:
+        worker.stop()
+
+
 def test_ping_on_its_own_port_and_the_api_on_the_other(tmp_path, volume, tiny_model, fake_vllm_python):
     worker = LbWorker(volume, tmp_path, fake_vllm_python, "ports", health_port=True, FAKE_SERVED=tiny_model.repo_id)
     try:

@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import log
+from ..errors import StoreUnavailable
 from ..limits import LEASE_TTL_S
 from .layout import VolumeLayout
 from .markers import read_boot_markers
-from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan
+from .scan import TRASH_DIR, KeyInfo, ModelInfo, VolumeScan, scan_volume
 from .trash import LATE, empty_trash, remove_key
 
 DAY_S = 86400.0
@@ -359,3 +361,13 @@ def _live_marker_models(scan: VolumeScan) -> list[dict[str, Any]]:
             if isinstance(data, dict):
                 out.append(data)
     return out
+
+
+def plan_or_say(layout: VolumeLayout, options: GcOptions, ttl_s: float, within: GcPlan | None = None) -> GcPlan | None:
+    """`plan_gc` on a fresh scan; None, said in one line, when a key's store cannot be read (its
+    readers/ cannot be listed, say): who reads what is then unknown, so nothing may be deleted."""
+    try:
+        return plan_gc(scan_volume(layout), options, ttl_s=ttl_s, within=within)
+    except StoreUnavailable as exc:
+        log.error("gc", "%s; nothing was deleted (fix or remove that folder, then run gc again)", exc)
+        return None

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import log
 from ..key import factor_diff
 from .backend import GENERATIONS, BundleStore, Tier
 from .bundle import StoreError, parse_gen_name
@@ -80,6 +82,18 @@ HARDWARE_FACTORS = ("kind", "name", "capability", "features")  # not the GPU cou
 KEY_FILE = "key.json"  # in an S3 store (no manifest there): the key's factors, for siblings elsewhere
 NEAREST = 3
 TIER_ORDER = {"image": 0, "volume": 1, "s3": 2}  # nearest first, as the restore reads them
+# What key.py's `derive_key` names a key: slugs of [a-z0-9._-] joined by `--`, never starting with a dot.
+# A name a listing yields (S3's CommonPrefixes above all: any writer to the bucket adds one) becomes a
+# path under keys/ on the volume and in an export: `..` there would be the folder above.
+_KEY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,199}")
+
+
+def is_key_name(name: str, where: object = "") -> bool:
+    """Could `name` be a key's (so a safe single path component)? Where not, a warning names it."""
+    if _KEY_NAME.fullmatch(name):
+        return True
+    log.warning("store", "%s%r is not a key name: skipped", f"{where}: " if where else "", name[:80])
+    return False
 
 
 @dataclass(frozen=True)
@@ -212,7 +226,7 @@ def volume_siblings(keys_dir: Path, own_key: str) -> list[Sibling]:
         return []
     found = []
     for name in names:
-        if name == own_key or name.startswith("."):
+        if name == own_key or name.startswith(".") or not is_key_name(name, keys_dir):
             continue
         manifest = read_json(keys_dir / name / "manifest.json")
         if not isinstance(manifest, dict) or not isinstance(manifest.get("factors"), dict):
@@ -248,7 +262,7 @@ def s3_siblings(store: Any, own_key: str, same: str) -> list[Sibling]:
             break
     found = []
     for name in names:
-        if name == own_key or same not in name:
+        if name == own_key or same not in name or not is_key_name(name, store.url.key("keys/")):
             continue
         sibling = sibling_store(store, name)
         try:

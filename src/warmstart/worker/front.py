@@ -14,7 +14,15 @@ serverless/load-balancing/overview). This module is that server, on aiohttp's lo
   strings against the request target as sent (no decoding or normalisation, the query string
   included), with their methods; anything else gets a JSON error and is never forwarded.
 - The body limits of the table: at most MAX_BODY_BYTES (413), JSON nested at most MAX_DEPTH
-  deep (400); a POST body must be JSON. What passes is forwarded byte for byte.
+  deep, no NaN or Infinity (400); a POST body must be JSON. What passes is forwarded byte for
+  byte. A costly body is parsed in a checker process (worker/jsoncheck.py), so that no request
+  holds the event loop (and `/ping`) for more than a few milliseconds.
+- `Expect: 100-continue` is answered once the route, the method, the phase and the declared
+  length pass (else the refusal comes at once, before the body). A request's head must arrive
+  within HEAD_TIMEOUT_S of its first byte, its body within BODY_TIMEOUT_S (and never pause
+  BODY_IDLE_S): else the connection is closed (408 for a body).
+- A request counts as in flight (what the drain waits for) from the moment it is accepted,
+  while its body still arrives.
 - The answer is relayed as vLLM sends it: a body with a length in one piece, a stream (SSE) chunk
   by chunk as the bytes arrive, never gathered. A client that goes away cancels its handler
   (aiohttp's handler_cancellation), which closes the connection to vLLM, and vLLM aborts the
@@ -34,7 +42,6 @@ the queue worker does while `/ping` answers.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -44,15 +51,14 @@ from typing import Any, Literal
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from .connections import BodyLate, Server, TooLarge, read_body, too_large
+from .jsoncheck import BodyChecker, Busy
 from .routes import (
     MAX_BODY_BYTES,
-    MAX_DEPTH,
     POOLED_IDLE_S,
     ROUTES,
     method_refusal,
     route_refusal,
-    too_deep,
-    too_deep_message,
 )
 
 
@@ -71,6 +77,11 @@ PING = "/ping"
 BOOT_REPORT = "/warmstart/boot_report"
 RETRY_AFTER_BOOTING_S = 10  # a boot takes minutes: ask again in a while
 RETRY_AFTER_STOPPING_S = 1  # another worker (or a new one) takes it: at once
+# A request's head from its first byte, and its body: two half-sent requests stayed open for minutes.
+HEAD_TIMEOUT_S = 30.0
+BODY_TIMEOUT_S = 300.0  # 20 MiB at about 0.5 Mbit/s
+BODY_IDLE_S = 30.0  # no byte of the body for this long
+IDLE_CONNECTION_S = 75.0  # a connection that sends nothing (aiohttp's own default is an hour)
 # Headers a client's request may carry to vLLM. X-Request-Id: vLLM's --enable-request-id-headers.
 FORWARDED = ("Content-Type", "Accept", "Accept-Encoding", "X-Request-Id")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those aiohttp sets for the answer itself.
@@ -108,10 +119,6 @@ def error(status: int, message: str, kind: str, headers: Mapping[str, str] | Non
     return web.json_response(body, status=status, headers=headers)
 
 
-class TooLarge(Exception):
-    pass
-
-
 class Front:
     """The front's state and its request handlers. The main thread moves the phase; the
     front's event loop reads it (plain attribute reads and writes: atomic in CPython)."""
@@ -122,6 +129,9 @@ class Front:
         boot_report: Callable[[], Mapping[str, Any] | None] = lambda: None,
         engine_failure: Callable[[], str | None] = lambda: None,
         death_grace_s: float = 2.0,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        body_idle_s: float = BODY_IDLE_S,
     ) -> None:
         self.phase: Phase = "starting"
         self.engine: Engine | None = None
@@ -130,7 +140,11 @@ class Front:
         # A reset connection is often the first sign of vLLM's death (its sockets close before its
         # exit status can be read): a failed request waits this long for it, to say what happened.
         self.death_grace_s = death_grace_s
-        self.inflight = 0  # requests being forwarded (read by the main thread while it drains)
+        self.head_timeout_s = head_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.body_idle_s = body_idle_s
+        self.inflight = 0  # requests accepted and not yet answered (read by the main thread while it drains)
+        self.checker = BodyChecker()
         self._session: ClientSession | None = None
 
     # ------------------------------------------------------------------ the main thread's side
@@ -209,16 +223,32 @@ class Front:
             return error(405, refusal, "method_not_allowed", {"Allow": ", ".join(sorted(ROUTES[route]))})
         if (refused := self.unavailable()) is not None:
             return refused
-        body = b""
-        if request.method == "POST":
-            try:
-                body = await _read_body(request)
-            except TooLarge as exc:
-                return error(413, str(exc), "request_too_large")
-            if (problem := _json_problem(body)) is not None:
-                return error(400, problem, "invalid_request_error")
+        # In flight from here: a SIGTERM while the body still arrives waits for this request (drain).
         self.inflight += 1
         try:
+            body = b""
+            if request.method == "POST":
+                if (declared := request.content_length) is not None and declared > MAX_BODY_BYTES:
+                    return error(413, too_large(declared), "request_too_large")
+                if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
+                    # What aiohttp's router does (web_urldispatcher._default_expect_handler); the
+                    # low-level server leaves it to us. The client sends the body once it reads this.
+                    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    request.writer.output_size = 0
+                try:
+                    body = await read_body(request, self.body_timeout_s, self.body_idle_s)
+                except TooLarge as exc:
+                    return error(413, str(exc), "request_too_large")
+                except BodyLate as exc:
+                    answer = error(408, str(exc), "timeout")
+                    answer.force_close()
+                    return answer
+                try:
+                    problem = await self.checker.problem(body)
+                except Busy as exc:
+                    return error(503, str(exc), "unavailable", {"Retry-After": str(RETRY_AFTER_STOPPING_S)})
+                if problem is not None:
+                    return error(400, problem, "invalid_request_error")
             return await self.forward(request, route, body)
         finally:
             self.inflight -= 1
@@ -239,6 +269,7 @@ class Front:
         return self._session
 
     async def close(self) -> None:
+        self.checker.close()
         if self._session is not None:
             await self._session.close()
 
@@ -298,34 +329,6 @@ class Front:
                 # A client that left (its handler cancelled), an error: closing the connection
                 # is what makes vLLM abort the request (its handlers watch for the disconnect).
                 upstream.close()
-
-
-async def _read_body(request: web.BaseRequest) -> bytes:
-    """The whole body, refused past MAX_BODY_BYTES (by its Content-Length, or as it arrives)."""
-    declared = request.content_length
-    if declared is not None and declared > MAX_BODY_BYTES:
-        raise TooLarge(f"the request body is {declared} bytes; this worker forwards at most {MAX_BODY_BYTES}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes; this worker forwards at most that")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _json_problem(body: bytes) -> str | None:
-    """Why a POST body is not forwarded (not JSON, nested too deep), or None."""
-    try:
-        value = json.loads(body)
-    except RecursionError:  # the C decoder's own depth limit, far past MAX_DEPTH
-        return too_deep_message()
-    except ValueError as exc:  # JSONDecodeError, and bytes that are not UTF-8/16/32
-        return f"the request body is not valid JSON: {str(exc)[:200]}"
-    if type(value) in (dict, list) and too_deep(value, MAX_DEPTH):
-        return too_deep_message()
-    return None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -388,7 +391,14 @@ class FrontServer:
                 handlers.append((self.health_port, self.front.health_only))
             for port, handler in handlers:
                 # No access log: nothing about a request (its headers above all) reaches a log line.
-                server = web.Server(handler, handler_cancellation=True, access_log=None, logger=http_log)
+                server = Server(
+                    handler,
+                    head_timeout_s=self.front.head_timeout_s,
+                    handler_cancellation=True,
+                    access_log=None,
+                    logger=http_log,
+                    keepalive_timeout=IDLE_CONNECTION_S,
+                )
                 runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
                 await runner.setup()
                 runners.append(runner)

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import log
 from ..errors import InputError
 from .routes import (
     MAX_BODY_BYTES,
@@ -188,6 +189,9 @@ class JobHandler:
     # close before its exit status can be read. A failed request waits this long for that status,
     # so the job says "vLLM stopped serving" rather than "connection reset".
     death_grace_s: float = 2.0
+    # Runpod's local test run or API server (--test_input, --rp_serve_api): its simulator shows a job
+    # that returned {"error": ...} as COMPLETED, where Runpod fails it; a log line says what Runpod will.
+    local: bool = False
     _session: Any = field(default=None, repr=False)
 
     async def engine_failure_within(self, seconds: float) -> str | None:
@@ -214,6 +218,14 @@ class JobHandler:
         try:
             request = parse_job_input(job.get("input"), self.served_model)
         except InputError as exc:
+            if self.local:
+                log.warning(
+                    "job",
+                    "job %s refused (bad input: %s): on Runpod its status is FAILED with this error; "
+                    "the local simulator shows it as COMPLETED with an error output",
+                    str(job.get("id"))[:80],
+                    exc,
+                )
             yield {"error": f"bad input: {exc}"}
             return
         if isinstance(request, WarmstartQuery):

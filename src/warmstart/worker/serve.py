@@ -99,6 +99,7 @@ def main(args: argparse.Namespace) -> int:
             boot_report=worker.upkeep.served_report,
             engine_failure=worker.watchdog.failure_message,
             api_key=settings.engine_api_key,
+            local=any(a.startswith(("--rp_serve_api", "--test_input")) for a in getattr(args, "rest", [])),
         )
         worker.watchdog.start()
         rest = list(getattr(args, "rest", []))

@@ -5,10 +5,17 @@ crashed usually crashed for a reason that a restart inside the same container wi
 the watchdog notices, the front stops taking work (the queue worker's concurrency modifier
 turns 0, the load-balancing worker's /ping turns 503), requests get a clear error, and the
 worker exits with EXIT_ENGINE for Runpod to replace it.
+
+Death is vLLM's process exiting, or its engine dying under an API server that lives on
+(VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1): vLLM's /health then answers 503 (vLLM 0.32 and 0.33,
+entrypoints/serve/instrumentator/health.py: `except EngineDeadError: return Response(status_code=503)`),
+so the watchdog asks /health every HEALTH_EVERY_S. No answer, or a late one, is not death: a busy
+vLLM may answer late.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import threading
@@ -39,6 +46,24 @@ def init_timeout_warning(settings: Settings, ready_times: list[float]) -> str | 
     )
 
 
+HEALTH_EVERY_S = 2.0
+
+
+def health_status(base_url: str, timeout_s: float = 5.0) -> int | None:
+    """The status vLLM's GET /health answers, or None when it does not answer in time."""
+    host, _, port = base_url.removeprefix("http://").partition(":")
+    conn = http.client.HTTPConnection(host, int(port or 80), timeout=timeout_s)
+    try:
+        conn.request("GET", "/health")
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
 class EngineWatchdog:
     """Notices vLLM's death while serving; stops new work; exits the worker non-zero."""
 
@@ -50,12 +75,14 @@ class EngineWatchdog:
         exit_fn: Callable[[int], Any] = os._exit,
         poll_s: float = 0.25,
         before_exit: Callable[[], Any] | None = None,
+        health_every_s: float = HEALTH_EVERY_S,
     ) -> None:
         self.boot = boot
         self.before_exit = before_exit  # the final publish: what vLLM compiled while serving
         self.grace_s = grace_s
         self.exit_fn = exit_fn
         self.poll_s = poll_s
+        self.health_every_s = health_every_s
         self.failure: str | None = None
         self.stopping = False
         self._thread = threading.Thread(target=self._watch, name="vllm-watchdog", daemon=True)
@@ -82,14 +109,26 @@ class EngineWatchdog:
     def _watch(self) -> None:
         engine = self.boot.engine
         assert engine is not None
+        failure = None
+        next_health = time.monotonic() + self.health_every_s
         while not self.stopping:
             code = engine.returncode()
             if code is not None:
+                failure = self._message(code)
                 break
+            if time.monotonic() >= next_health:
+                if health_status(engine.base_url) == 503 and engine.returncode() is None and not self.stopping:
+                    failure = (
+                        "vLLM's engine is dead (its /health answers 503; its API server lives on, as "
+                        "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH lets it); this worker is exiting so that Runpod "
+                        "replaces it; retry"
+                    )
+                    break
+                next_health = time.monotonic() + self.health_every_s
             time.sleep(self.poll_s)
-        if self.stopping:
+        if self.stopping or failure is None:
             return
-        self.failure = self._message(code)
+        self.failure = failure
         log.error("engine", "%s", self.failure)
         for line in list(engine.tail)[-20:]:
             log.error("engine", "%s", line)
