@@ -71,6 +71,7 @@ class BootReport:
     compiled_while_serving: int | None = None  # kernels vLLM JIT-compiled after warm-up (logread.py)
     compiled_kernels: tuple[str, ...] = ()
     cudagraphs: Mapping[str, Any] | None = None  # cudagraphs.capture_summary: sizes and graphs vLLM captured
+    canary: Mapping[str, Any] | None = None  # canary.CanaryOutcome.to_dict: recorded, compared, what was done
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -108,6 +109,8 @@ class BootReport:
             out.append(log.line("weights", f"{weights_line(self.weights)}"))
         if self.cudagraphs is not None:
             out.append(log.line("graphs", f"{self.cudagraphs['detail']}"))
+        if self.canary is not None:
+            out.append(log.line("canary", str(self.canary.get("line", ""))))
         if self.compiled_while_serving:
             names = ", ".join(sorted(set(self.compiled_kernels))[:6])
             jit = f"vLLM JIT-compiled {self.compiled_while_serving} kernel(s) after warm-up, "
