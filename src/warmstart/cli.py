@@ -143,7 +143,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{_size(k.bytes)} (bundles {_size(k.bytes_by_kind['bundles'])}, cache {_size(k.bytes_by_kind['cache'])})"
         )
         print(
-            f"      {k.generations} generation(s), {k.boots} boot(s) cold/partial/warm/failed {counts}, "
+            f"      {k.generations} generation(s)"
+            + (f" (distrusted: {', '.join(map(str, k.distrusted))})" if k.distrusted else "")
+            + f", {k.boots} boot(s) cold/partial/warm/failed {counts}, "
             f"last {last} ready {ready}, created {k.created or '-'}, last used {k.last_used or '-'}"
             + (f"  IN USE: {'; '.join(k.in_use)}" if k.in_use else "")
         )

@@ -57,7 +57,7 @@ def altered_generation(store: StagedStore, tmp_path: Path) -> int:
 def test_cold_records_and_warm_replays_equal(tmp_path, fake_vllm_python, cold):
     volume, report, store = cold
     assert report["canary"]["status"] == "recorded", report["canary"]
-    assert report["canary"]["seconds"] > 0
+    assert report["canary"]["seconds"] > 0 and report["canary"]["repeat_spread"] == 0.0
     record = store.load(1).canary
     assert record is not None and len(record["answers"]) == 3 and record["latency_s"] > 0
     warm = boot(tmp_path, fake_vllm_python, volume, "local-1")
@@ -84,6 +84,10 @@ def test_an_altered_artifact_is_distrusted_and_the_boot_starts_again_cold(tmp_pa
     after = boot(tmp_path, fake_vllm_python, volume, "local-2")
     assert after["canary"]["status"] == "equal"
     assert after["canary"]["generation"] == newest.number
+    listed = run_warmstart(["ls", "--json"], base_env(volume, fake_vllm_python, tmp_path))
+    assert [k["distrusted"] for k in json.loads(listed.stdout)["keys"]] == [[bad]]
+    shown = run_warmstart(["ls"], base_env(volume, fake_vllm_python, tmp_path)).stdout
+    assert f"(distrusted: {bad})" in shown
 
 
 def test_a_model_fault_is_told_apart_from_a_cache_fault(tmp_path, fake_vllm_python, cold):
