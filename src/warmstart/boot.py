@@ -15,13 +15,13 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from . import log
 from .canary import CanaryOutcome, CanaryRecord
-from .canaryboot import check_canary
+from .canaryboot import check_canary, with_canary
 from .engine.concurrency import fit_words
 from .engine.process import (
     EngineFailed,
@@ -351,8 +351,7 @@ class Boot:
 
     def finish_report(self, error: str | None = None) -> BootReport:
         """Scan the caches again and turn what this boot saw into its report."""
-        report = build_report(self.plan, self.observe(error), self.redactor)
-        return replace(report, canary=self.canary.to_dict()) if self.canary is not None else report
+        return with_canary(build_report(self.plan, self.observe(error), self.redactor), self.canary)
 
     def record(self, report: BootReport) -> None:
         if self.store is None:

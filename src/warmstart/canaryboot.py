@@ -32,6 +32,7 @@ from .canary import (
 from .engine.process import EngineProcess
 from .model import check_snapshot_hashes
 from .plan import BootPlan
+from .report.model import BootReport
 from .store.restore import RestoreResult
 from .store.tiers import TierRestore, distrust_generation
 from .tree import TreeScan, scan_tree
@@ -51,6 +52,9 @@ class Booting(Protocol):
     evidence: LogEvidence
     load_start: tuple[float, int] | None
 
+    ready_s: float | None
+    t0: float
+
     def start(self) -> None: ...
 
     def wait_ready(self) -> float: ...
@@ -68,7 +72,22 @@ def ask_canary(boot: Booting) -> tuple[CanaryRecord, float | None]:
 
 
 def check_canary(boot: Booting) -> None:
-    """Staged, after vLLM serves and before the worker is ready: ask the canary, record or compare."""
+    """Staged, after vLLM serves and before the worker is ready: ask the canary, record or compare.
+    The worker is ready once it is done: the boot's ready time includes it."""
+    _check_canary(boot)
+    if boot.canary is not None and boot.ready_s is not None:
+        boot.ready_s = round(time.monotonic() - boot.t0, 3)
+
+
+def with_canary(report: BootReport, outcome: CanaryOutcome | None) -> BootReport:
+    """The report with its `canary` block, and the canary's seconds as the phase `canary` (before
+    ready: the timeline draws it as any phase, and it is no longer unaccounted time)."""
+    if outcome is None:
+        return report
+    return replace(report, canary=outcome.to_dict(), phases={**report.phases, "canary": round(outcome.seconds, 3)})
+
+
+def _check_canary(boot: Booting) -> None:
     plan = boot.plan
     mode = plan.settings.canary
     if mode == "off" or not plan.restore_order or boot.engine is None:

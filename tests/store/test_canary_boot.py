@@ -58,6 +58,7 @@ def test_cold_records_and_warm_replays_equal(tmp_path, fake_vllm_python, cold):
     volume, report, store = cold
     assert report["canary"]["status"] == "recorded", report["canary"]
     assert report["canary"]["seconds"] > 0 and report["canary"]["repeat_spread"] == 0.0
+    assert report["phases"]["canary"] == round(report["canary"]["seconds"], 3) <= report["ready_s"]
     record = store.load(1).canary
     assert record is not None and len(record["answers"]) == 3 and record["latency_s"] > 0
     warm = boot(tmp_path, fake_vllm_python, volume, "local-1")
