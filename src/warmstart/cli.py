@@ -19,6 +19,7 @@ from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import from_env, process_environment
+from .verify import add_verify_parser
 
 
 def setup_logging() -> None:
@@ -379,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_ls)
     add_image_parsers(sub, with_volume, ls=p)
+    add_verify_parser(sub, with_volume)
 
     p = with_volume(sub.add_parser("explain", help="will the next boot be cold, and why; why a key's last boot missed"))
     p.add_argument("key", nargs="?", help="a key directory name: explain its last boot")

@@ -10,12 +10,17 @@ answer whatever the cache holds, as altered weights would. Real vLLM: test_canar
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from helpers.files import write
 from helpers.run import base_env, run_warmstart
+from warmstart.engine.process import free_port
 from warmstart.store.publish import publish
 from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
@@ -112,3 +117,40 @@ def test_warn_reports_and_serves_and_off_asks_nothing(tmp_path, fake_vllm_python
     assert warm["verdict"] == "warm" and not store.distrusted_numbers()
     off = boot(tmp_path, fake_vllm_python, volume, "local-2", WARMSTART_CANARY="off")
     assert off["canary"] is None
+
+
+def test_verify_asks_a_running_server_and_compares_with_the_keys_record(tmp_path, fake_vllm_python, cold):
+    volume, report, _ = cold
+    for shift, code, status in (("0", 0, "equal"), ("5", 1, "differs")):
+        port = free_port()
+        env = {**os.environ, "FAKE_SERVED": MODEL, "FAKE_VLLM_CANARY_SHIFT": shift}
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor-{shift}")
+        server = subprocess.Popen(
+            [fake_vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            wait_health(port)
+            done = run_warmstart(
+                ["verify", "--url", f"http://127.0.0.1:{port}", "--json"], base_env(volume, fake_vllm_python, tmp_path)
+            )
+        finally:
+            os.killpg(server.pid, 9)
+            server.wait()
+        assert done.returncode == code, done.stderr[-2000:]
+        out = json.loads(done.stdout)
+        assert (out["status"], out["key"], out["generation"]) == (status, report["key"], 1)
+
+
+def wait_health(port: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the scripted engine never served")
