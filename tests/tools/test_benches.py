@@ -265,3 +265,11 @@ def test_lb_compare_takes_each_sides_median():
 )
 def test_the_weights_bench_reads_vllms_own_weights_time(line, seconds):
     assert weights_seconds(line) == seconds
+
+
+def test_canary_goal_is_its_median_cost_within_two_percent_of_warm_ready():
+    from warmstart_dev.canarybench import canary_goal_met
+
+    assert canary_goal_met([0.5, 0.8, 0.6], [40.0, 45.0, 50.0])  # 0.6 <= 0.9
+    assert not canary_goal_met([1.0, 1.2, 1.1], [40.0, 45.0, 50.0])
+    assert not canary_goal_met([], [40.0])

@@ -1,7 +1,7 @@
 """`warmstart-dev`: the project's tools, beside `warmstart` but never in the image.
 
     warmstart-dev testmodel [--name ORG/NAME] [--size 1GiB]   write the test model into a volume's HF cache
-    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress
+    warmstart-dev bench boot|weights|volume|serve|s3|predict|chaos|capture|siblings|compress|canary
                                                               benchmarks, printed as JSON
     warmstart-dev sourcemap [--check]                         docs/development.md's source map, from the tree
 
@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/siblings")
     b.add_argument("--pairs", type=int, default=3, help="cold/seeded pairs per variant (default 3)")
+    b = bench_sub.add_parser("canary", help="warm ready time with the canary and without, alternated")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/canary")
+    b.add_argument("--pairs", type=int, default=3, help="with/without pairs of warm boots (default 3)")
     b = bench_sub.add_parser("s3", help="staged restore against per-file downloads from a distant S3 store")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/s3")
