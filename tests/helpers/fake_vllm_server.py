@@ -18,6 +18,7 @@ A non-streaming answer echoes the request's body, route and headers; one that as
 (warmstart's canary) gets greedy tokens with logprobs in vLLM's CompletionResponse shape, computed
 from the first byte of the "compiled" TORCHINDUCTOR_CACHE_DIR/fake-kernel.so (an altered artifact
 answers otherwise: a cache fault) plus FAKE_VLLM_CANARY_SHIFT (a model fault, cold or warm).
+FAKE_VLLM_POOLING=1: /v1/completions answers 501 as vLLM does for a pooling model.
 
 It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
 FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
@@ -98,6 +99,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
+            return
+        if os.environ.get("FAKE_VLLM_POOLING") and self.path == "/v1/completions":  # vLLM: no completion handler
+            self._json(501, {"error": {"message": "The model does not support Completions API"}})
             return
         if body.get("logprobs") and self.path == "/v1/completions":
             self._json(200, canary_answer(body))

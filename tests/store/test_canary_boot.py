@@ -119,6 +119,15 @@ def test_warn_reports_and_serves_and_off_asks_nothing(tmp_path, fake_vllm_python
     assert off["canary"] is None
 
 
+def test_a_model_that_does_not_generate_text_is_skipped_with_a_line(tmp_path, fake_vllm_python):
+    volume = tmp_path / "volume"
+    write_test_model(volume / "huggingface-cache" / "hub", MODEL)
+    report = boot(tmp_path, fake_vllm_python, volume, "local-0", FAKE_VLLM_POOLING="1")
+    assert report["canary"]["status"] == "skipped"
+    assert "does not generate text (vLLM answered 501" in report["canary"]["line"]
+    assert report["verdict"] == "cold" and report["staged"]["publish"]["status"] == "published"
+
+
 def test_verify_asks_a_running_server_and_compares_with_the_keys_record(tmp_path, fake_vllm_python, cold):
     volume, report, _ = cold
     for shift, code, status in (("0", 0, "equal"), ("5", 1, "differs")):
