@@ -279,3 +279,18 @@ def test_cache_without_refs_takes_the_only_snapshot_or_says_which(tmp_path, capl
     with caplog.at_level(logging.WARNING, logger="warmstart"):
         assert resolve(HUB_CASED, None, hub, no_download_reason="test").path == newer
     assert "2 snapshots; taking the most recently written, ffffffffffff" in caplog.text
+
+
+def test_snapshot_hashes_name_a_weight_file_altered_under_the_same_revision(tmp_path):
+    from warmstart.model import check_snapshot_hashes
+    from warmstart_dev.testmodel import write_test_model
+
+    model = write_test_model(tmp_path / "hub", "warmstart/tiny-llama")
+    snapshot = model.snapshot
+    clean = check_snapshot_hashes(snapshot)
+    assert "model.safetensors" in clean.checked and clean.differ == ()
+    blob = (snapshot / "model.safetensors").resolve()
+    with open(blob, "r+b") as handle:
+        handle.seek(blob.stat().st_size - 2)
+        handle.write(b"\x40\x40")
+    assert check_snapshot_hashes(snapshot).differ == ("model.safetensors",)

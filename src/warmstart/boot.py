@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import log
+from .canary import CanaryOutcome, CanaryRecord
+from .canaryboot import check_canary, with_canary
 from .engine.concurrency import fit_words
 from .engine.process import (
     EngineFailed,
@@ -98,6 +100,8 @@ class Boot:
     on_serving_line: Callable[[str], None] | None = None  # after ready: each line of vLLM's (worker/upkeep.py)
     seeded: SeedResult | None = None  # staged, no generation of its own: what a sibling key seeded
     seed_use: dict[str, SeedUse] = field(default_factory=dict)  # what vLLM had read of it when it served
+    canary: CanaryOutcome | None = None  # staged: what the canary did before ready (canary.py)
+    canary_record: CanaryRecord | None = None  # what this boot's publish records in its generation
 
     def _on_line(self, line: LogLine) -> None:
         """Each line of vLLM's, on the log reader's thread (engine/logpipe.py), never on the pipe's."""
@@ -226,6 +230,7 @@ class Boot:
             distrust=self.restored.bad_bundles if self.restored else None,
             blocked=plan.publish_blocked,
             deadline_s=plan.settings.publish_deadline_s,
+            canary=self.canary_record.to_json() if self.canary_record else None,
         )
         if plan.s3 is not None and (s3 := self.published.of(plan.s3.kind)) and s3.status != "failed":
             deadline = Deadline(plan.settings.publish_deadline_s, "WARMSTART_PUBLISH_DEADLINE_S")
@@ -354,7 +359,7 @@ class Boot:
 
     def finish_report(self, error: str | None = None) -> BootReport:
         """Scan the caches again and turn what this boot saw into its report."""
-        return build_report(self.plan, self.observe(error), self.redactor)
+        return with_canary(build_report(self.plan, self.observe(error), self.redactor), self.canary)
 
     def record(self, report: BootReport) -> None:
         if self.store is None:
@@ -424,6 +429,7 @@ def run_boot(
         boot.start()
         try:
             boot.wait_ready()
+            check_canary(boot)
         except EngineFailed as exc:
             report = boot.finish_report(error=str(exc).splitlines()[0])
             boot.record(report)

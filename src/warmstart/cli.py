@@ -20,6 +20,7 @@ from .imagecmd import add_image_parsers, ls_image_only, print_image
 from .imagecmd import size_words as _size
 from .redact import Redactor
 from .settings import from_env, process_environment
+from .verify import add_verify_parser
 
 
 def setup_logging() -> None:
@@ -148,7 +149,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{_size(k.bytes)} (bundles {_size(k.bytes_by_kind['bundles'])}, cache {_size(k.bytes_by_kind['cache'])})"
         )
         print(
-            f"      {k.generations} generation(s), {k.boots} boot(s) cold/partial/warm/failed {counts}, "
+            f"      {k.generations} generation(s)"
+            + (f" (distrusted: {', '.join(map(str, k.distrusted))})" if k.distrusted else "")
+            + f", {k.boots} boot(s) cold/partial/warm/failed {counts}, "
             f"last {last} ready {ready}, created {k.created or '-'}, last used {k.last_used or '-'}"
             + (f"  IN USE: {'; '.join(k.in_use)}" if k.in_use else "")
         )
@@ -384,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_ls)
     add_image_parsers(sub, with_volume, ls=p)
+    add_verify_parser(sub, with_volume)
 
     p = with_volume(sub.add_parser("explain", help="will the next boot be cold, and why; why a key's last boot missed"))
     p.add_argument("key", nargs="?", help="a key directory name: explain its last boot")

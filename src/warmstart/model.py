@@ -83,6 +83,45 @@ def cached_repo_dir(hub_cache: Path, repo_id: str) -> Path:
     return lower if lower.is_dir() else exact
 
 
+_LFS_BLOB = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class HashCheck:
+    """A snapshot's files against the SHA-256 the Hub recorded for them (LFS files only)."""
+
+    checked: tuple[str, ...]  # files whose blob is named by its SHA-256 (the Hub's LFS oid)
+    differ: tuple[str, ...]  # of those, the ones whose bytes hash to another value
+    unchecked: int  # files with no recorded SHA-256 (git blobs are named by their SHA-1) or no blob
+
+
+def check_snapshot_hashes(path: Path) -> HashCheck:
+    """Hash every file of a Hub snapshot whose blob is named by a SHA-256: huggingface_hub names an
+    LFS file's blob by its SHA-256 (file_download.py: `blob_path = os.path.join(storage_folder, "blobs",
+    etag)`, the etag of an LFS file being the Hub's `X-Linked-Etag`, its SHA-256), so a
+    weight altered in place under the same revision no longer hashes to its own name. For the canary
+    (canary.py): a cold boot whose answer differs from the record, with the weights to blame or not."""
+    checked: list[str] = []
+    differ: list[str] = []
+    unchecked = 0
+    for entry in sorted(path.rglob("*")):
+        rel = entry.relative_to(path).as_posix()
+        if not entry.is_file():
+            continue
+        blob = entry.resolve()
+        if not entry.is_symlink() or not _LFS_BLOB.match(blob.name):
+            unchecked += 1
+            continue
+        digest = hashlib.sha256()
+        with open(blob, "rb") as handle:
+            while chunk := handle.read(8 * 1024 * 1024):
+                digest.update(chunk)
+        checked.append(rel)
+        if digest.hexdigest() != blob.name:
+            differ.append(rel)
+    return HashCheck(tuple(checked), tuple(differ), unchecked)
+
+
 def check_snapshot(path: Path) -> SnapshotCheck:
     """Decide from the files alone whether a snapshot can be served without the Hub.
 

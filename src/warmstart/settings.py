@@ -92,6 +92,8 @@ class Settings:
     weights_ram_share: float
     vllm_env_pass: str | None  # WARMSTART_VLLM_ENV (engine/process.py reaches_vllm)
     seed_siblings: str
+    canary: str  # WARMSTART_CANARY: enforce, warn or off (canary.py)
+    canary_prompt: str | None
     endpoint_type: str  # queue or load_balancer (worker/serve.py picks the front)
     port: int  # load_balancer: the HTTP front's port
     port_health: int | None  # load_balancer: /ping's port; None: PORT

@@ -20,6 +20,7 @@ from .limits import LEASE_TTL_S, PUBLISH_DEADLINE_S, RESTORE_DEADLINE_S, RUNPOD_
 from .varspec import (
     BUNDLE_COMPRESSIONS,
     CACHE_MODES,
+    CANARY_MODES,
     DTYPES,
     ENDPOINT_TYPES,
     SEED_MODES,
@@ -217,6 +218,24 @@ WRAPPER: tuple[Variable, ...] = (
         default="auto",
         choices=SEED_MODES,
         field="seed_siblings",
+    ),
+    Variable(
+        "WARMSTART_CANARY",
+        "choice",
+        "staged: a few fixed greedy prompts sent to vLLM before the worker is ready; a boot that publishes a "
+        "generation records the answer in it, a boot that restored one compares (docs/canary.md). On a mismatch, "
+        "`enforce`: the generation is distrusted on its tiers and the boot starts again cold; `warn`: reported, "
+        "served; `off`: no canary",
+        default="enforce",
+        choices=CANARY_MODES,
+        field="canary",
+    ),
+    Variable(
+        "WARMSTART_CANARY_PROMPT",
+        "str",
+        "the canary's prompt, in place of its built-in ones (a record made with other prompts is not compared)",
+        shown="(built-in prompts)",
+        field="canary_prompt",
     ),
     Variable(
         "WARMSTART_WEIGHTS_PREFETCH",

@@ -18,6 +18,8 @@ CACHE_MODES = ("staged", "direct")
 BUNDLE_COMPRESSIONS = ("zstd", "none")
 WEIGHTS_PREFETCH_MODES = ("auto", "off")
 SEED_MODES = ("auto", "off")
+# canary.py: what a canary that differs from its generation's record does to the boot
+CANARY_MODES = ("enforce", "warn", "off")
 # Runpod's two kinds of Serverless endpoint: jobs through Runpod's queue (the Runpod SDK), or
 # HTTP straight to the worker (worker/front.py).
 ENDPOINT_TYPES = ("queue", "load_balancer")

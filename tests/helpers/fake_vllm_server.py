@@ -17,7 +17,11 @@ FAKE_VLLM_JIT_AFTER=SECONDS: SECONDS after it serves, "JIT-compile" a kernel whi
 TORCHINDUCTOR_CACHE_DIR/fake/jit/kernel.so and print vLLM 0.19+'s warning
 (`Triton kernel JIT compilation during inference: <kernel>`, utils/jit_monitor.py).
 FAKE_VLLM_CHUNK_DELAY_S=SECONDS: wait this long before each stream chunk (a request in flight).
-A non-streaming answer echoes the request's body, route and headers.
+A non-streaming answer echoes the request's body, route and headers; one that asks for `logprobs`
+(warmstart's canary) gets greedy tokens with logprobs in vLLM's CompletionResponse shape, computed
+from the first byte of the "compiled" TORCHINDUCTOR_CACHE_DIR/fake-kernel.so (an altered artifact
+answers otherwise: a cache fault) plus FAKE_VLLM_CANARY_SHIFT (a model fault, cold or warm).
+FAKE_VLLM_POOLING=1: /v1/completions answers 501 as vLLM does for a pooling model.
 
 It also starts a child process ("EngineCore"), like vLLM, and writes both pids to
 FAKE_VLLM_PIDFILE, so tests can check that stopping the server leaves no orphan.
@@ -99,6 +103,12 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
             return
+        if os.environ.get("FAKE_VLLM_POOLING") and self.path == "/v1/completions":  # vLLM: no completion handler
+            self._json(501, {"error": {"message": "The model does not support Completions API"}})
+            return
+        if body.get("logprobs") and self.path == "/v1/completions":
+            self._json(200, canary_answer(body))
+            return
         self._json(
             200,
             {
@@ -109,6 +119,28 @@ class Handler(BaseHTTPRequestHandler):
                 "choices": [{"index": 0, "text": "fake"}],
             },
         )
+
+
+def canary_answer(body: dict) -> dict:
+    """A greedy answer with logprobs, as vLLM's /v1/completions gives it with `return_token_ids` and
+    `return_tokens_as_token_ids` (vllm/entrypoints/openai/completion/protocol.py)."""
+    kernel = os.path.join(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or ".", "fake-kernel.so")
+    try:
+        with open(kernel, "rb") as handle:
+            computes = handle.read(1)[0]
+    except (OSError, IndexError):
+        computes = 0
+    shift = int(os.environ.get("FAKE_VLLM_CANARY_SHIFT") or 0)
+    prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+    choices = []
+    for n, prompt in enumerate(prompts):
+        seed = sum(prompt.encode()) + computes + shift
+        ids = [(seed + 7 * i) % 512 for i in range(int(body.get("max_tokens") or 16))]
+        lps = [-0.5 - 0.01 * i for i in range(len(ids))]
+        top = [{f"token_id:{t}": lp, f"token_id:{(t + 1) % 512}": lp - 1.0} for t, lp in zip(ids, lps, strict=True)]
+        logprobs = {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": lps, "top_logprobs": top}
+        choices.append({"index": n, "text": "", "token_ids": ids, "logprobs": logprobs, "finish_reason": "length"})
+    return {"object": "text_completion", "model": body.get("model"), "choices": choices}
 
 
 serving = threading.Event()

@@ -30,6 +30,7 @@ def exported(tmp_path: Path, fake_vllm_python: str) -> tuple[Path, dict]:
         tmp_path,
         WARMSTART_LOCAL_CACHE=str(tmp_path / "local-0"),
         FAKE_VLLM_ARTIFACTS="3:5000:a",
+        FAKE_SERVED=MODEL,  # the canary's requests name the served model (test_canary_boot.py)
     )
     cold = run_warmstart(["boot", "--json"], env)
     assert cold.returncode == 0, cold.stderr[-2000:]
@@ -137,3 +138,27 @@ def test_explain_says_a_key_the_image_holds_boots_warm(tmp_path, fake_vllm_pytho
     assert "the image holds a generation of this key" in data["reason"]
     other = run_warmstart(["explain", "--json"], {**env, "MAX_MODEL_LEN": "128"}, timeout=120)
     assert json.loads(other.stdout)["next_boot"] == "partial expected"
+
+
+def test_an_image_generation_that_answers_otherwise_cannot_be_marked_and_the_worker_boots_cold(
+    tmp_path, fake_vllm_python, exported
+):
+    image, _ = exported
+    before = stat_tree(image)
+    volume = tmp_path / "empty-volume"
+    write_test_model(volume / "huggingface-cache" / "hub", MODEL)
+    warm = boot(
+        tmp_path,
+        fake_vllm_python,
+        volume,
+        "local-3",
+        WARMSTART_IMAGE_CACHES=str(image),
+        FAKE_SERVED=MODEL,
+        FAKE_VLLM_CANARY_SHIFT="2",
+    )
+    canary = warm["canary"]
+    assert (canary["status"], canary["generation"]) == ("differs", 1)
+    assert any("cannot be marked (the image is read-only)" in a for a in canary["actions"])
+    assert stat_tree(image) == before
+    # The cold reboot published to the volume, with its own answer as the new record.
+    assert warm["staged"]["publish"]["status"] == "published"

@@ -457,3 +457,18 @@ def test_two_datacenters_share_one_bucket(tmp_path, endpoint, client, bucket, vl
     assert (c["expected"], c["verdict"]) == ("hit", "warm"), c["caches"]
     assert c["staged"]["publish"]["status"] in ("nothing_new", "published")
     assert a["key"] == b["key"] == c["key"]
+
+
+def test_a_distrusted_generation_in_s3_is_never_restored_nor_built_on(client, bucket, tmp_path):
+    store = s3_store(client, bucket)
+    base = tmp_path / "a" / "cache"
+    write(base, "inductor/c0/k.so", os.urandom(300))
+    publish(store, base, publisher="a", lease_wait_s=0, canary={"format": 1})
+    write(base, "inductor/c0/k.so", b"altered" * 10)
+    assert publish(store, base, publisher="a", lease_wait_s=0).generation == 2
+    store.distrust(2, "canary differed", by="w")
+    assert "warmstart/keys/key-a/staged/distrusted/g00000002.json" in keys(client, bucket)
+    assert store.distrusted_numbers() == {2}
+    assert store.latest()[0].number == 1
+    restored = restore(store, tmp_path / "b" / "cache", reader="b")
+    assert restored.generation == 1 and restored.canary == {"format": 1}

@@ -303,3 +303,11 @@ def test_bench_logread_reads_every_corpus_log():
     assert len(result["logs"]) >= 30 and result["max_command_s"] is None
     assert [g["config_line_chars"] for g in result["grown_config_line"]][-1] == 1 << 20
     assert all(e["report_s"] >= 0 for e in result["logs"])
+
+
+def test_canary_goal_is_its_median_cost_within_two_percent_of_warm_ready():
+    from warmstart_dev.canarybench import canary_goal_met
+
+    assert canary_goal_met([0.5, 0.8, 0.6], [40.0, 45.0, 50.0])  # 0.6 <= 0.9
+    assert not canary_goal_met([1.0, 1.2, 1.1], [40.0, 45.0, 50.0])
+    assert not canary_goal_met([], [40.0])

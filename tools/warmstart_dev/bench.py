@@ -210,6 +210,10 @@ def main(args: argparse.Namespace) -> int:
         from .siblingsbench import bench_siblings
 
         result = bench_siblings(Path(args.workdir).resolve(), pairs=args.pairs)
+    elif args.bench == "canary":
+        from .canarybench import bench_canary
+
+        result = bench_canary(Path(args.workdir).resolve(), pairs=args.pairs)
     elif args.bench == "compress":
         from .compressbench import bench_compress
 

@@ -73,6 +73,7 @@ class BootReport:
     cudagraphs: Mapping[str, Any] | None = None  # cudagraphs.capture_summary: sizes and graphs vLLM captured
     # engine/logpipe.py: vLLM's lines read, handled and dropped by the boot's log reader, and its lag (ms)
     log_reader: Mapping[str, Any] | None = None
+    canary: Mapping[str, Any] | None = None  # canary.CanaryOutcome.to_dict: recorded, compared, what was done
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -119,6 +120,8 @@ class BootReport:
                     f"{reader['lines']} vLLM lines (its queue was full): phases may miss their markers",
                 )
             )
+        if self.canary is not None:
+            out.append(log.line("canary", str(self.canary.get("line", ""))))
         if self.compiled_while_serving:
             names = ", ".join(sorted(set(self.compiled_kernels))[:6])
             jit = f"vLLM JIT-compiled {self.compiled_while_serving} kernel(s) after warm-up, "

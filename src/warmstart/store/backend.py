@@ -9,6 +9,7 @@ the key's staged root and keep the volume's layout in every store:
     bundles/<sha prefix>-<id>.tar.zst  immutable (.tar: plain, from before compression or with it off)
     readers/<reader>.json         a restore in progress (protects its bundles)
     publish.lease                 who may publish now, until when
+    distrusted/g00000007.json     a generation whose canary differed (canary.py): never restored or built on
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ GENERATIONS = "generations"
 BUNDLES = "bundles"
 READERS = "readers"
 LEASE = "publish.lease"
+DISTRUSTED = "distrusted"
 
 
 def step(name: str) -> None:
@@ -284,12 +286,31 @@ class BundleStore(ABC):
         except StoreError as exc:  # which generation is skipped, and why
             raise StoreError(f"{name}: {exc}") from exc
 
+    def distrusted_numbers(self) -> set[int]:
+        """Generations marked distrusted (a canary differed after restoring them): never restored
+        again, never the base of a publish; garbage collection takes them as any old generation."""
+        from .bundle import parse_gen_name
+
+        try:
+            numbers = {parse_gen_name(name) for name in self.names(DISTRUSTED)}
+        except (OSError, StoreError):
+            return set()
+        return {n for n in numbers if n is not None}
+
+    def distrust(self, number: int, reason: str, by: str) -> None:
+        """Mark generation `number` distrusted, with why and by whom (for `warmstart ls` and people)."""
+        payload = {"generation": number, "reason": reason, "by": by, "at": time.time()}
+        self.write(f"{DISTRUSTED}/{gen_name(number)}", json.dumps(payload, sort_keys=True).encode())
+
     def latest(self) -> tuple[Generation | None, list[str]]:
         """The newest generation whose index reads, and warnings about newer ones that did not (malformed:
         skipped for good). One that could not be read now (EIO, the store unreachable) raises
         StoreUnavailable: what it holds is unknown."""
         warnings = []
+        distrusted = self.distrusted_numbers()
         for number in reversed(self.generation_numbers()):
+            if number in distrusted:
+                continue
             try:
                 return self.load(number), warnings
             except FileNotFoundError:

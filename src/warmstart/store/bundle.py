@@ -60,6 +60,7 @@ class Generation:
     files: Mapping[str, FileEntry]  # relative to the cache base: "inductor/ab/c.so"
     created: float
     publisher: str
+    canary: Mapping[str, Any] | None = None  # what vLLM answered the canary when it was published (canary.py)
 
     @property
     def bytes(self) -> int:
@@ -76,6 +77,7 @@ class Generation:
                 path: [f.size, f.mtime_ns, f.bundle, *([f.sha256] if f.sha256 else [])]
                 for path, f in sorted(self.files.items())
             },
+            **({"canary": dict(self.canary)} if self.canary else {}),
         }
 
     @classmethod
@@ -100,7 +102,15 @@ class Generation:
             names = {b.name for b in bundles}
             if any(f.bundle not in names for f in files.values()):
                 raise StoreError("a file names a bundle the generation does not list")
-            return cls(int(data["generation"]), bundles, files, float(data["created"]), str(data["publisher"]))
+            canary = data.get("canary")
+            return cls(
+                int(data["generation"]),
+                bundles,
+                files,
+                float(data["created"]),
+                str(data["publisher"]),
+                canary if isinstance(canary, Mapping) else None,
+            )
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise StoreError(f"malformed generation index: {type(exc).__name__}: {exc}") from exc
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .. import log
 from ..limits import LEASE_TTL_S
@@ -258,8 +258,16 @@ def _parents(rel: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publisher: str) -> PublishResult:
-    """Write the plan: one bundle, then a generation created in place (never overwriting one)."""
+def execute_publish(
+    store: BundleStore,
+    local: Path,
+    plan: PublishPlan,
+    *,
+    publisher: str,
+    canary: Mapping[str, Any] | None = None,
+) -> PublishResult:
+    """Write the plan: one bundle, then a generation created in place (never overwriting one).
+    `canary`: this boot's canary record (canary.py); None keeps the base generation's."""
     start = time.monotonic()
     if plan.empty:
         return PublishResult(
@@ -315,8 +323,10 @@ def execute_publish(store: BundleStore, local: Path, plan: PublishPlan, *, publi
     if number > (base.number if base else 0) + 1 and (newest := store.latest()[0]) is not None:
         if base is None or newest.number > base.number:  # published since the plan: build on theirs
             entries, bundles = _on_top_of(newest, new_entries)
+    if canary is None and base is not None:
+        canary = base.canary
     for _ in range(5):
-        gen = Generation(number, (*bundles, *refs), entries, now(), publisher)
+        gen = Generation(number, (*bundles, *refs), entries, now(), publisher, canary)
         data = json.dumps(gen.to_json(), sort_keys=True).encode()
         if not store.create_generation(number, data):
             # Someone published this number meanwhile: build on theirs, keep our bundles.
@@ -347,6 +357,7 @@ def publish(
     lease_wait_s: float,
     lease_ttl_s: float = LEASE_TTL_S,
     distrust: Iterable[str] = (),
+    canary: Mapping[str, Any] | None = None,
 ) -> PublishResult:
     """Take the lease (waiting up to `lease_wait_s`), publish what is missing, collect garbage."""
     start = time.monotonic()
@@ -372,7 +383,7 @@ def publish(
         with lease.renewed(lease_ttl_s / 3):  # an upload longer than the TTL keeps the lease
             step("publish:lease_held")
             plan = plan_publish(store, local, distrust=distrust)
-            result = execute_publish(store, local, plan, publisher=publisher)
+            result = execute_publish(store, local, plan, publisher=publisher, canary=canary)
             try:
                 collect_garbage(store, ttl_s=lease_ttl_s).execute(store)
             except (OSError, StoreError) as exc:

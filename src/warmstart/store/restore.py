@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .. import log
 from . import cachelock
@@ -52,6 +52,8 @@ class RestoreResult:
     bad_bundles: tuple[str, ...] = ()  # never to be referenced again by a publish
     source: Tier | Literal[""] = ""  # the store it came from ("": none, a result made by hand)
     unavailable: bool = False  # the store could not be reached: nothing is known about it
+    canary: Mapping[str, Any] | None = None  # the restored generation's canary record (canary.py), if any
+    bundles: tuple[str, ...] = ()  # the restored generation's bundles
 
     @property
     def restored(self) -> bool:
@@ -109,7 +111,11 @@ def _restore(
     except (StoreError, OSError) as exc:  # nothing can be known about a store that cannot be listed
         numbers, unavailable = [], True
         problems.append(str(exc))
+    distrusted = store.distrusted_numbers() if numbers else set()
     for number in reversed(numbers):
+        if number in distrusted:
+            problems.append(f"generation {number}: distrusted (its canary differed after a restore): skipped")
+            continue
         try:
             gen = store.load(number)
         except FileNotFoundError:
@@ -175,7 +181,16 @@ def _restore(
         files = [(p, f.size) for p, f in gen.files.items()]
         seconds = time.monotonic() - start
         return RestoreResult(
-            number, len(files), gen.bytes, seconds, per_layer(files), tuple(problems), tuple(bad), store.kind
+            number,
+            len(files),
+            gen.bytes,
+            seconds,
+            per_layer(files),
+            tuple(problems),
+            tuple(bad),
+            store.kind,
+            canary=gen.canary,
+            bundles=tuple(b.name for b in gen.bundles),
         )
     shutil.rmtree(staging, ignore_errors=True)
     try:

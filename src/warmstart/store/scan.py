@@ -91,6 +91,7 @@ class KeyInfo:
     last_miss_reason: tuple[str, ...]
     in_use: tuple[str, ...]  # why it must not be removed now (empty: free to remove)
     history: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    distrusted: tuple[int, ...] = ()  # generations whose canary differed after a restore (canaryboot.py)
 
     @property
     def bytes(self) -> int:
@@ -116,6 +117,7 @@ class KeyInfo:
             "last_verdict": self.last_verdict,
             "last_ready_s": self.last_ready_s,
             "in_use": list(self.in_use),
+            "distrusted": list(self.distrusted),
         }
 
 
@@ -253,6 +255,7 @@ def scan_key(
         factors=factors,
         bytes_by_kind=_key_bytes(path, warnings),
         generations=_generation_count(path),
+        distrusted=tuple(sorted(StagedStore(path / "staged").distrusted_numbers())),
         boots=len(history),
         verdicts=verdicts,
         created=manifest.get("created"),

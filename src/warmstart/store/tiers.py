@@ -14,10 +14,12 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import log
 from . import cachelock
 from .backend import READERS, BundleStore, Lease, Tier
+from .bundle import StoreError
 from .deadline import Deadline, bounded, within
 from .image import ImageStore
 from .publish import PublishResult, publish
@@ -183,6 +185,7 @@ def publish_tiers(
     distrust: Mapping[str, tuple[str, ...]] | None = None,
     blocked: str | None = None,
     deadline_s: float | None = None,
+    canary: Mapping[str, Any] | None = None,
 ) -> TierPublish:
     """Publish what `local` holds that each tier's generation lacks, the volume first, each tier's
     publish (its garbage collection included) within `deadline_s`. `blocked`: why the volume may
@@ -197,6 +200,7 @@ def publish_tiers(
             distrust=(distrust or {}).get(tier.kind, ()),
             blocked=blocked,
             deadline_s=deadline_s,
+            canary=canary,
         )
         for tier in tiers
     )
@@ -213,6 +217,7 @@ def publish_tier(
     distrust: tuple[str, ...] = (),
     blocked: str | None = None,
     deadline_s: float | None = None,
+    canary: Mapping[str, Any] | None = None,
 ) -> PublishResult:
     if isinstance(tier, ImageStore):  # read-only: a boot never aims a publish at it
         result = PublishResult("skipped", detail="the image tier is read-only: nothing published")
@@ -239,7 +244,13 @@ def publish_tier(
     result = within(
         deadline,
         lambda: publish(
-            store, local, publisher=publisher, lease_wait_s=lease_wait_s, lease_ttl_s=lease_ttl_s, distrust=distrust
+            store,
+            local,
+            publisher=publisher,
+            lease_wait_s=lease_wait_s,
+            lease_ttl_s=lease_ttl_s,
+            distrust=distrust,
+            canary=canary,
         ),
         "publish",
     )
@@ -263,6 +274,34 @@ def publish_tier(
     else:
         log.info("publish", "%s %s: %s", tier.kind, result.status, result.detail)
     return result
+
+
+def distrust_generation(
+    tiers: Sequence[BundleStore], restored: RestoreResult, reason: str, *, by: str
+) -> tuple[str, ...]:
+    """Mark the restored generation distrusted on the tier it came from (a copy another boot
+    published to a nearer tier has its own number there; the worker that restores it runs the
+    canary against it in turn). Returns one line saying what was done; an image cannot be marked
+    (read-only): this worker skips it by rebooting cold, and the line says so."""
+    lines = []
+    for tier in tiers:
+        if tier.kind != restored.source:
+            continue
+        if isinstance(tier, ImageStore):
+            lines.append(
+                f"image generation {restored.generation} cannot be marked (the image is read-only): "
+                "skipped by this worker; other workers of this image will catch it again"
+            )
+            continue
+        assert restored.generation is not None
+        try:
+            tier.distrust(restored.generation, reason, by)
+            lines.append(f"{tier.kind} generation {restored.generation} marked distrusted")
+        except (OSError, StoreError) as exc:
+            lines.append(f"{tier.kind} generation {restored.generation} could not be marked distrusted: {exc}")
+    for line in lines:
+        log.warning("canary", "%s", line)
+    return tuple(lines)
 
 
 def release_leases(tiers: Sequence[BundleStore], *, holder: str, ttl_s: float) -> None:
