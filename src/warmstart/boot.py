@@ -40,7 +40,7 @@ from .report.build import build_report, expectation
 from .report.miss import compile_hashes
 from .report.model import BootReport
 from .report.observation import BootObservation
-from .report.weights import weights_block
+from .report.weights import s3_read, weights_block
 from .store.backend import step, worker_id
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
@@ -335,7 +335,7 @@ class Boot:
             return None
         if self.prefetcher is not None and self.prefetcher.running:
             self.prefetcher.wait(1.0)  # stopped when vLLM loaded its weights: let its streams finish
-        return weights_block(
+        block = weights_block(
             self.weights_plan,
             self.prefetcher,
             engine_started=self.engine.started_mono if self.engine else None,
@@ -343,6 +343,9 @@ class Boot:
             bytes_at_load_start=self.load_start[1] if self.load_start else None,
             phases={},
         )
+        if self.plan.model.source == "s3":
+            block["read"] = s3_read(self.plan.model)
+        return block
 
     def finish_report(self, error: str | None = None) -> BootReport:
         """Scan the caches again and turn what this boot saw into its report."""

@@ -29,6 +29,7 @@ from .key import CacheKey, derive_key
 from .log import StageWarning
 from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
+from .s3url import is_s3_model
 from .settings import Settings
 from .store.backend import BundleStore
 from .store.image import image_store
@@ -160,16 +161,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
             settings.volume,
             volume.layout.root,
         )
-    model = resolve(
-        settings.model_name,
-        settings.model_revision,
-        volume.layout.hub_cache,
-        token=settings.hf_token,
-        no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
-        stall_s=settings.hub_stall_s,
-        hub_endpoint=settings.hub_endpoint,
-    )
+    model = _resolve_model(settings, volume.layout.hub_cache, volume.read_only_hubs, no_download_reason)
     log.info(
         "model",
         "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
@@ -233,6 +225,31 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
         seed=seed,
         image=image,
+    )
+
+
+def _resolve_model(
+    settings: Settings, hub_cache: Path, read_only_hubs: tuple[Path, ...], no_download_reason: str | None
+) -> ResolvedModel:
+    """The model pinned on disk: from S3 (s3model.py: listed, checked, read to local disk) or the HF caches."""
+    if is_s3_model(settings.model_name):
+        from .s3model import resolve_s3
+
+        return resolve_s3(
+            settings.model_name,
+            settings.local_cache_dir,
+            endpoint_url=settings.s3_endpoint_url,
+            region=settings.s3_region,
+        )
+    return resolve(
+        settings.model_name,
+        settings.model_revision,
+        hub_cache,
+        token=settings.hf_token,
+        no_download_reason=no_download_reason or settings.no_download_reason,
+        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
+        hub_endpoint=settings.hub_endpoint,
     )
 
 

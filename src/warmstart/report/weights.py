@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import ResolvedModel
 from ..weights import Prefetcher, WeightsPlan
 
 
@@ -64,6 +65,19 @@ def weights_block(
     }
 
 
+def s3_read(model: ResolvedModel) -> dict[str, Any]:
+    """The `weights.read` block of an s3:// model: what was read from the store before vLLM started."""
+    seconds = round(model.seconds, 3)
+    return {
+        "source": "s3",
+        "url": model.name,
+        "revision": model.revision,
+        "bytes": model.downloaded_bytes,
+        "seconds": seconds,
+        "mb_s": round(model.downloaded_bytes / 1e6 / seconds, 1) if seconds and model.downloaded_bytes else None,
+    }
+
+
 def describe(block: Mapping[str, Any]) -> str:
     """One readable line for the log and the report's summary."""
     pre = block["prefetch"]
@@ -79,6 +93,10 @@ def describe(block: Mapping[str, Any]) -> str:
             text += f", {pre['overlap_s']:.1f} s of it during vLLM's bootstrap"
         if pre["status"] in ("stopped", "failed") and pre.get("reason"):
             text += f" ({pre['reason']})"
+    if (read := block.get("read")) is not None:
+        text += f"; read from {read['url']} before vLLM started: {read['bytes'] / 1e6:.1f} MB"
+        text += f" in {read['seconds']:.1f} s"
+        text += f" ({read['mb_s']:.0f} MB/s)" if read.get("mb_s") else " (already on local disk)"
     weights = block.get("vllm_weights_s")
     text += f"; vLLM's weights phase {weights:.1f} s" if weights is not None else "; vLLM's weights phase: no marker"
     return text
