@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__, log
 from .errors import EXIT_CONFIG, SettingsError, WarmstartError
@@ -332,8 +333,31 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         stall_s=settings.hub_stall_s,
         hub_endpoint=settings.hub_endpoint,
     )
-    print(json.dumps(model_summary(model)))
+    summary = model_summary(model)
+    if args.to:
+        summary["uploaded"] = _upload(settings, model, args.to)
+    print(json.dumps(summary))
     return 0
+
+
+def _upload(settings: Any, model: Any, to: str) -> dict[str, Any]:
+    """`fetch --to s3://...`: the snapshot just pinned, copied into S3-compatible storage (s3upload.py)."""
+    from .errors import ModelError
+    from .s3upload import upload_snapshot
+    from .s3url import parse_s3_url
+    from .store.s3client import make_client
+
+    try:
+        url = parse_s3_url(to)
+    except ValueError as exc:
+        raise ModelError(f"--to {to!r}: {exc}") from exc
+    if not url.prefix:
+        raise ModelError(f"--to {to!r}: name the model's prefix, s3://BUCKET/PREFIX")
+    if model.repo_id is None:
+        raise ModelError(f"--to {to!r}: MODEL_NAME must be a Hub repo id (its pinned snapshot is copied)")
+    client = make_client(settings.s3_endpoint_url, settings.s3_region)
+    source = {"repo_id": model.repo_id, "revision": model.revision}
+    return upload_snapshot(client, url, model.path, source).to_json()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -359,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_volume(sub.add_parser("fetch", help="download MODEL_NAME into the volume's HF cache (or --hub-cache)"))
     p.add_argument("--hub-cache", metavar="DIR", help="an HF hub cache directory to fill instead of the volume's")
+    p.add_argument(
+        "--to",
+        metavar="S3_URL",
+        help="then copy the snapshot to s3://BUCKET/PREFIX as real files with a manifest (for MODEL_NAME=s3://...)",
+    )
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("report", help="boot report from a vLLM log file")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.run import MODEL_ID
 from helpers.s3_server import SECRET_KEY, moto_server
 from warmstart.errors import EXIT_CONFIG, ModelError
 from warmstart.s3model import (
@@ -197,3 +198,44 @@ def test_a_throttling_store_is_retried_and_one_that_always_throttles_fails_in_bo
         with pytest.raises(ModelError, match="SlowDown"):
             resolve_s3(name, tmp_path / "b", endpoint_url=url, region="us-east-1")
     assert time.monotonic() - start < 20
+
+
+def fetch_to(env: dict[str, str], to: str, capsys) -> tuple[int, dict, str]:
+    from warmstart.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        code = main(["fetch", "--to", to])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else {}, err
+
+
+def test_fetch_to_copies_the_pinned_snapshot_as_real_files_that_a_boot_reads_back(
+    client, bucket, endpoint, tmp_path, tiny_model, volume, capsys
+):
+    env = {"MODEL_NAME": MODEL_ID, "RUNPOD_VOLUME_PATH": str(volume), "WARMSTART_S3_ENDPOINT_URL": endpoint}
+    client.put_object(Bucket=bucket, Key="tiny/stale.safetensors", Body=b"an older upload's shard")
+    code, out, _ = fetch_to(env, f"s3://{bucket}/tiny", capsys)
+    assert code == 0 and out["uploaded"]["removed"] == ["stale.safetensors"]
+    snapshot = {p.name: p.read_bytes() for p in tiny_model.snapshot.iterdir()}
+    assert out["uploaded"]["files"] == len(snapshot) and out["revision"] == tiny_model.commit
+    manifest = json.loads(client.get_object(Bucket=bucket, Key=f"tiny/{MANIFEST}")["Body"].read())
+    assert manifest["source"] == {"repo_id": MODEL_ID, "revision": tiny_model.commit}
+    assert {n: e["sha256"] for n, e in manifest["files"].items()} == {
+        n: hashlib.sha256(d).hexdigest() for n, d in snapshot.items()
+    }
+    model = resolve_s3(f"s3://{bucket}/tiny", tmp_path / "local", endpoint_url=endpoint, region="us-east-1")
+    assert tree(model.path) == snapshot and not any(p.is_symlink() for p in model.path.iterdir())
+
+
+def test_fetch_to_refuses_a_corrupt_hf_cache_and_publishes_no_manifest(
+    client, bucket, endpoint, tiny_model, volume, capsys
+):
+    shard = next(p for p in tiny_model.snapshot.iterdir() if p.name.endswith(".safetensors"))
+    blob = shard.resolve()
+    blob.write_bytes(blob.read_bytes()[::-1])  # same size, not the bytes the Hub's ETag names
+    env = {"MODEL_NAME": MODEL_ID, "RUNPOD_VOLUME_PATH": str(volume), "WARMSTART_S3_ENDPOINT_URL": endpoint}
+    code, _, err = fetch_to(env, f"s3://{bucket}/tiny", capsys)
+    assert code == EXIT_CONFIG and "the HF cache is corrupt" in err
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix=f"tiny/{MANIFEST}")
