@@ -41,6 +41,7 @@ from .report.miss import compile_hashes
 from .report.model import BootReport
 from .report.observation import BootObservation
 from .report.weights import s3_read, weights_block
+from .s3model import BackgroundRead, ReadStats
 from .store.backend import step, worker_id
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
@@ -89,6 +90,8 @@ class Boot:
     marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
     weights_plan: WeightsPlan | None = None
     prefetcher: Prefetcher | None = None
+    s3_read: BackgroundRead | None = None  # MODEL_NAME=s3://: the weights' read, beside the restore
+    s3_stats: ReadStats | None = None
     # vLLM began loading weights (its bootstrap ended): the engine clock, and what the prefetch had read by then
     load_start: tuple[float, int] | None = None
     link_warning: StageWarning | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
@@ -130,6 +133,7 @@ class Boot:
         """Records, directories and the 'before' picture of every cache layer."""
         plan = self.plan
         self.mark_booting()
+        self.s3_read = BackgroundRead.start(plan.s3_read) if plan.s3_read is not None else None
         platform = "cuda" if plan.hardware.kind == "gpu" else "cpu"
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
@@ -261,6 +265,8 @@ class Boot:
         return (*self.plan.warnings, *((self.link_warning,) if self.link_warning else ()))
 
     def start(self) -> None:
+        if self.s3_read is not None:  # its failure is the boot's, before vLLM starts
+            self.s3_stats = self.s3_read.join()
         self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
@@ -344,7 +350,7 @@ class Boot:
             phases={},
         )
         if self.plan.model.source == "s3":
-            block["read"] = s3_read(self.plan.model)
+            block["read"] = s3_read(self.plan.model, self.s3_stats)
         return block
 
     def finish_report(self, error: str | None = None) -> BootReport:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import log
 from .engine.concurrency import ConcurrencyFit, fit_concurrency
@@ -40,6 +40,9 @@ from .store.volume import StagedStore
 from .vllm.argv import last_flag_value
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine
 
+if TYPE_CHECKING:
+    from .s3model import S3Read
+
 
 @dataclass(frozen=True)
 class BootPlan:
@@ -63,6 +66,7 @@ class BootPlan:
     vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
     seed: SeedPlan | None = None  # staged: the siblings to seed from if no generation of its own restores
     image: BundleStore | None = None  # staged: the key's generation baked into the image (read-only)
+    s3_read: S3Read | None = None  # MODEL_NAME=s3://: the weights' read, run beside the restore (boot.py)
 
     @property
     def model_arg(self) -> Path:
@@ -161,7 +165,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
             settings.volume,
             volume.layout.root,
         )
-    model = _resolve_model(settings, volume.layout.hub_cache, volume.read_only_hubs, no_download_reason)
+    model, s3_read = _resolve_model(settings, volume.layout.hub_cache, volume.read_only_hubs, no_download_reason)
     log.info(
         "model",
         "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
@@ -225,23 +229,25 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
         seed=seed,
         image=image,
+        s3_read=s3_read,
     )
 
 
 def _resolve_model(
     settings: Settings, hub_cache: Path, read_only_hubs: tuple[Path, ...], no_download_reason: str | None
-) -> ResolvedModel:
-    """The model pinned on disk: from S3 (s3model.py: listed, checked, read to local disk) or the HF caches."""
+) -> tuple[ResolvedModel, S3Read | None]:
+    """The model pinned: from S3 (s3model.py: one listing now, the read beside the restore) or on disk in
+    the HF caches (downloaded if need be)."""
     if is_s3_model(settings.model_name):
-        from .s3model import resolve_s3
+        from .s3model import plan_s3
 
-        return resolve_s3(
+        return plan_s3(
             settings.model_name,
             settings.local_cache_dir,
             endpoint_url=settings.s3_endpoint_url,
             region=settings.s3_region,
         )
-    return resolve(
+    model = resolve(
         settings.model_name,
         settings.model_revision,
         hub_cache,
@@ -251,6 +257,7 @@ def _resolve_model(
         stall_s=settings.hub_stall_s,
         hub_endpoint=settings.hub_endpoint,
     )
+    return model, None
 
 
 def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:

@@ -23,9 +23,10 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -266,11 +267,57 @@ def parse_model_url(name: str) -> S3Url:
         raise ModelError(f"MODEL_NAME={name!r}: {exc}") from exc
 
 
-def resolve_s3(
+@dataclass(frozen=True)
+class S3Read:
+    """A planned read of a listed model into `dest`: run while the boot restores its caches, joined
+    before vLLM starts (boot.py)."""
+
+    client: Any = field(repr=False)
+    listing: S3Listing
+    manifest: Mapping[str, Any] | None
+    dest: Path
+
+    def run(self) -> ReadStats:
+        stats = read_model(self.client, self.listing, self.dest, self.manifest)
+        log_read(self.listing.url, self.listing, stats)
+        return stats
+
+
+class BackgroundRead:
+    """An S3Read on a thread of its own: started as the boot begins, joined before vLLM starts."""
+
+    def __init__(self, read: S3Read) -> None:
+        self._stats: ReadStats | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(read,), name="s3-weights", daemon=True)
+
+    @classmethod
+    def start(cls, read: S3Read) -> BackgroundRead:
+        self = cls(read)
+        self._thread.start()
+        return self
+
+    def _run(self, read: S3Read) -> None:
+        try:
+            self._stats = read.run()
+        except BaseException as exc:  # raised in the joining thread
+            self._error = exc
+
+    def join(self) -> ReadStats:
+        """The read's figures, or its error raised here. Each request is bounded (s3client's timeouts
+        and retries), so this ends."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._stats is not None
+        return self._stats
+
+
+def plan_s3(
     name: str, local_cache: Path, *, endpoint_url: str | None, region: str | None, client: Any = None
-) -> ResolvedModel:
-    """List `name` once, check it (against its manifest where there is one), read it to local disk.
-    Raises ModelError (exit 2) before vLLM starts when any of that fails."""
+) -> tuple[ResolvedModel, S3Read]:
+    """List `name` once and check it (against its manifest where there is one): the model pinned to
+    the listing's revision, and the read still to run. Raises ModelError (exit 2) before vLLM starts."""
     start = time.monotonic()
     url = parse_model_url(name)
     if client is None:
@@ -283,9 +330,7 @@ def resolve_s3(
         what = f"the listing and {MANIFEST} disagree" if manifest is not None else "not a model"
         raise ModelError(f"MODEL_NAME={url.url}: {what}: " + "; ".join(problems[:5]))
     dest = model_dir(local_cache, url) / listing.revision
-    stats = read_model(client, listing, dest, manifest)
-    log_read(url, listing, stats)
-    return ResolvedModel(
+    model = ResolvedModel(
         name,
         None,
         listing.revision,
@@ -293,9 +338,19 @@ def resolve_s3(
         "s3",
         len(listing.objects),
         listing.bytes,
-        downloaded_bytes=stats.bytes,
+        downloaded_bytes=0 if dest.is_dir() else listing.bytes,
         seconds=time.monotonic() - start,
     )
+    return model, S3Read(client, listing, manifest, dest)
+
+
+def resolve_s3(
+    name: str, local_cache: Path, *, endpoint_url: str | None, region: str | None, client: Any = None
+) -> ResolvedModel:
+    """`plan_s3`, then the read at once (`warmstart fetch`, the tests): the model whole on local disk."""
+    model, read = plan_s3(name, local_cache, endpoint_url=endpoint_url, region=region, client=client)
+    stats = read.run()
+    return replace(model, downloaded_bytes=stats.bytes, seconds=model.seconds + stats.seconds)
 
 
 def log_read(url: S3Url, listing: S3Listing, stats: ReadStats) -> None:

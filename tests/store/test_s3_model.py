@@ -4,6 +4,7 @@ faults by the proxy (warmstart_dev.throttle): listed once, pinned by the listing
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import time
@@ -12,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers.run import MODEL_ID
-from helpers.s3_server import SECRET_KEY, moto_server
+from helpers.run import MODEL_ID, base_env
+from helpers.s3_server import SECRET_KEY, moto_server, s3_env
 from warmstart.errors import EXIT_CONFIG, ModelError
 from warmstart.s3model import (
     MANIFEST,
+    BackgroundRead,
     list_model,
     model_dir,
+    plan_s3,
     read_model,
     resolve_s3,
     streamer_env,
@@ -239,3 +242,39 @@ def test_fetch_to_refuses_a_corrupt_hf_cache_and_publishes_no_manifest(
     code, _, err = fetch_to(env, f"s3://{bucket}/tiny", capsys)
     assert code == EXIT_CONFIG and "the HF cache is corrupt" in err
     assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix=f"tiny/{MANIFEST}")
+
+
+def test_the_plan_only_lists_and_the_boot_reads_beside_the_restore(client, bucket, endpoint, tmp_path):
+    name = put(client, bucket, FILES)
+    model, read = plan_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert not model.path.exists(), "one listing in the plan, no read"
+    assert model.downloaded_bytes == model.bytes
+    background = BackgroundRead.start(read)
+    stats = background.join()
+    assert stats.bytes == model.bytes and tree(model.path) == FILES
+    again, _ = plan_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert again.downloaded_bytes == 0, "already whole on local disk"
+
+
+def test_an_object_lost_between_plan_and_read_fails_the_boot_before_vllm_starts(
+    client, bucket, endpoint, tmp_path, fake_vllm_python
+):
+    from warmstart.boot import run_boot
+    from warmstart.plan import plan_boot
+    from warmstart.redact import Redactor
+
+    name = put(client, bucket, FILES)
+    env = base_env(
+        tmp_path / "no-volume",
+        fake_vllm_python,
+        tmp_path,
+        MODEL_NAME=name,
+        WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
+        **s3_env(endpoint),
+    )
+    plan = plan_boot(from_env(env))
+    client.delete_object(Bucket=bucket, Key="tiny/model.safetensors")
+    with pytest.raises(ModelError, match="vanished while it was read") as caught:
+        run_boot(plan, Redactor.from_env(env), echo=io.StringIO())
+    assert caught.value.exit_code == EXIT_CONFIG
+    assert not list((tmp_path / "local" / "models").rglob("*.safetensors")), "nothing half-read left"

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import ResolvedModel
+from ..s3model import ReadStats
 from ..weights import Prefetcher, WeightsPlan
 
 
@@ -65,16 +66,17 @@ def weights_block(
     }
 
 
-def s3_read(model: ResolvedModel) -> dict[str, Any]:
-    """The `weights.read` block of an s3:// model: what was read from the store before vLLM started."""
-    seconds = round(model.seconds, 3)
+def s3_read(model: ResolvedModel, stats: ReadStats | None) -> dict[str, Any]:
+    """The `weights.read` block of an s3:// model: what was read from the store (beside the restore,
+    before vLLM started); `stats` None: no read finished."""
+    read, seconds = (stats.bytes, round(stats.seconds, 3)) if stats is not None else (0, 0.0)
     return {
         "source": "s3",
         "url": model.name,
         "revision": model.revision,
-        "bytes": model.downloaded_bytes,
+        "bytes": read,
         "seconds": seconds,
-        "mb_s": round(model.downloaded_bytes / 1e6 / seconds, 1) if seconds and model.downloaded_bytes else None,
+        "mb_s": round(read / 1e6 / seconds, 1) if seconds and read else None,
     }
 
 
