@@ -321,6 +321,13 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             continue
         if (problem := _check_value(flag, raw)) is not None:
             problems.append(problem)
+        if flag.flag == "--tokenizer" and is_s3_model(raw):
+            # The tokenizer is read with an s3:// model, into the folder vLLM is given (s3model.py).
+            if raw.rstrip("/") != values["model_name"].rstrip("/"):
+                problems.append(f"{flag.env}={raw!r}: an s3:// tokenizer must be MODEL_NAME's own prefix")
+            else:
+                warnings.append(f"{flag.env} is MODEL_NAME's prefix: its tokenizer is read with the model")
+            continue
         engine_values.append((flag.env, raw.lower() if flag.kind == "choice" else raw))
 
     config_args: tuple[str, ...] = ()

@@ -72,7 +72,7 @@ def test_settings_take_an_s3_model_and_refuse_what_cannot_be_one(tmp_path):
     env = {"MODEL_NAME": "s3://my-volume/models/qwen", "WARMSTART_S3_ENDPOINT_URL": "https://s3api-eu-ro-1.runpod.io"}
     settings = from_env(env)
     assert settings.model_name == "s3://my-volume/models/qwen"
-    assert not [w for w in settings.warnings if "no S3 tier" in w.message], "the endpoint serves the model"
+    assert not [w for w in settings.warnings if "no S3 tier" in w], "the endpoint serves the model"
     for bad, why in (
         ("s3://my-volume", "name the model's prefix"),
         ("s3://user:pw@bucket/m", "a bucket name only"),
@@ -278,3 +278,11 @@ def test_an_object_lost_between_plan_and_read_fails_the_boot_before_vllm_starts(
         run_boot(plan, Redactor.from_env(env), echo=io.StringIO())
     assert caught.value.exit_code == EXIT_CONFIG
     assert not list((tmp_path / "local" / "models").rglob("*.safetensors")), "nothing half-read left"
+
+
+def test_an_s3_tokenizer_is_the_models_own_prefix_read_with_it():
+    same = from_env({"MODEL_NAME": "s3://vol/models/qwen", "TOKENIZER_NAME": "s3://vol/models/qwen/"})
+    assert "TOKENIZER_NAME" not in same.engine, "no --tokenizer s3://...: the files are in the model's folder"
+    assert any("read with the model" in w for w in same.warnings)
+    with pytest.raises(Exception, match="MODEL_NAME's own prefix"):
+        from_env({"MODEL_NAME": "s3://vol/models/qwen", "TOKENIZER": "s3://vol/tokenizers/qwen"})
