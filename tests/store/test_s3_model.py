@@ -9,6 +9,7 @@ import json
 import os
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,14 @@ def test_an_s3_tokenizer_is_the_models_own_prefix_read_with_it():
     assert any("read with the model" in w for w in same.warnings)
     with pytest.raises(Exception, match="MODEL_NAME's own prefix"):
         from_env({"MODEL_NAME": "s3://vol/models/qwen", "TOKENIZER": "s3://vol/tokenizers/qwen"})
+
+
+def test_weights_read_from_s3_are_where_they_live_not_a_miss(tmp_path):
+    from warmstart.model import ResolvedModel
+    from warmstart.report.build import hf_weights_layer
+    from warmstart.report.statuses import decide_verdict
+
+    read = ResolvedModel("s3://vol/m", None, "s3-abc", tmp_path, "s3", 3, 3000, downloaded_bytes=3000)
+    layer = hf_weights_layer(read)
+    assert layer.status == "hit" and "read from s3://vol/m" in layer.detail
+    assert decide_verdict({"inductor": replace(layer, detail="compiled"), "hf_weights": layer}) == "warm"

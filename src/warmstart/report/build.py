@@ -76,12 +76,9 @@ def hf_weights_layer(m: ResolvedModel) -> CacheLayer:
         return CacheLayer(
             "miss", m.files, m.downloaded_bytes, 0, 0, f"downloaded {m.files} files ({m.bytes / 1e6:.1f} MB)"
         )
-    if m.source == "s3" and m.downloaded_bytes:
-        return CacheLayer(
-            "miss", m.files, m.downloaded_bytes, 0, 0, f"read {m.files} files ({m.bytes / 1e6:.1f} MB) from {m.name}"
-        )
-    if m.source == "s3":
-        return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{m.name} already on local disk: {m.files} files")
+    if m.source == "s3":  # where the weights live, read as designed on every new worker: not a miss
+        where = f"read from {m.name}" if m.downloaded_bytes else f"{m.name} already on local disk"
+        return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
     where = "local directory" if m.source == "local-dir" else "snapshot complete in the volume's HF cache"
     return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
 
