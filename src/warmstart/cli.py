@@ -12,7 +12,6 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from . import __version__, log
 from .errors import EXIT_CONFIG, SettingsError, WarmstartError
@@ -334,30 +333,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         hub_endpoint=settings.hub_endpoint,
     )
     summary = model_summary(model)
-    if args.to:
-        summary["uploaded"] = _upload(settings, model, args.to)
+    if args.to:  # s3upload.py: the snapshot just pinned, copied into S3-compatible storage
+        from .s3upload import upload_model
+
+        summary["uploaded"] = upload_model(model, args.to, settings.s3_endpoint_url, settings.s3_region)
     print(json.dumps(summary))
     return 0
-
-
-def _upload(settings: Any, model: Any, to: str) -> dict[str, Any]:
-    """`fetch --to s3://...`: the snapshot just pinned, copied into S3-compatible storage (s3upload.py)."""
-    from .errors import ModelError
-    from .s3upload import upload_snapshot
-    from .s3url import parse_s3_url
-    from .store.s3client import make_client
-
-    try:
-        url = parse_s3_url(to)
-    except ValueError as exc:
-        raise ModelError(f"--to {to!r}: {exc}") from exc
-    if not url.prefix:
-        raise ModelError(f"--to {to!r}: name the model's prefix, s3://BUCKET/PREFIX")
-    if model.repo_id is None:
-        raise ModelError(f"--to {to!r}: MODEL_NAME must be a Hub repo id (its pinned snapshot is copied)")
-    client = make_client(settings.s3_endpoint_url, settings.s3_region)
-    source = {"repo_id": model.repo_id, "revision": model.revision}
-    return upload_snapshot(client, url, model.path, source).to_json()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelError
+from .model import ResolvedModel
 from .s3model import MANIFEST, MANIFEST_FORMAT
-from .s3url import S3Url
+from .s3url import S3Url, parse_s3_url
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 PART_BYTES = 256 * 1024 * 1024  # Runpod's volume S3 API takes parts up to 500 MB
@@ -122,3 +123,19 @@ def _listed(client: Any, url: S3Url) -> list[str]:
         if not page.get("IsTruncated"):
             return names
         token = page.get("NextContinuationToken")
+
+
+def upload_model(model: ResolvedModel, to: str, endpoint_url: str | None, region: str | None) -> dict[str, Any]:
+    """`warmstart fetch --to URL`: the snapshot `model` was pinned to, copied under URL (JSON for its output)."""
+    from .store.s3client import make_client
+
+    try:
+        url = parse_s3_url(to)
+    except ValueError as exc:
+        raise ModelError(f"--to {to!r}: {exc}") from exc
+    if not url.prefix:
+        raise ModelError(f"--to {to!r}: name the model's prefix, s3://BUCKET/PREFIX")
+    if model.repo_id is None:
+        raise ModelError(f"--to {to!r}: MODEL_NAME must be a Hub repo id (its pinned snapshot is copied)")
+    source = {"repo_id": model.repo_id, "revision": model.revision}
+    return upload_snapshot(make_client(endpoint_url, region), url, model.path, source).to_json()
