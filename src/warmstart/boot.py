@@ -42,7 +42,8 @@ from .report.build import build_report, expectation
 from .report.miss import compile_hashes
 from .report.model import BootReport
 from .report.observation import BootObservation
-from .report.weights import weights_block
+from .report.weights import s3_read, weights_block
+from .s3model import BackgroundRead, ReadStats
 from .store.backend import step, worker_id
 from .store.bundle import StoreError
 from .store.deadline import Deadline, bounded, within
@@ -94,6 +95,8 @@ class Boot:
     marker: Path | None = None  # warmstart/booting/<worker>.json while this boot is in progress
     weights_plan: WeightsPlan | None = None
     prefetcher: Prefetcher | None = None
+    s3_read: BackgroundRead | None = None  # MODEL_NAME=s3://: the weights' read, beside the restore
+    s3_stats: ReadStats | None = None
     # vLLM began loading weights (its bootstrap ended): the engine clock, and what the prefetch had read by then
     load_start: tuple[float, int] | None = None
     link_warning: StageWarning | None = None  # why the stable model path could not be linked: vLLM got the snapshot's
@@ -138,6 +141,7 @@ class Boot:
         """Records, directories and the 'before' picture of every cache layer."""
         plan = self.plan
         self.mark_booting()
+        self.s3_read = BackgroundRead.start(plan.s3_read) if plan.s3_read is not None else None
         platform = "cuda" if plan.hardware.kind == "gpu" else "cpu"
         self.evidence = LogEvidence(specs=markers_for(plan.engine.vllm, platform))
         self.store = KeyStore(plan.layout, plan.key)
@@ -270,6 +274,8 @@ class Boot:
         return (*self.plan.warnings, *((self.link_warning,) if self.link_warning else ()))
 
     def start(self) -> None:
+        if self.s3_read is not None:  # its failure is the boot's, before vLLM starts
+            self.s3_stats = self.s3_read.join()
         self.link_model()
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
@@ -348,7 +354,7 @@ class Boot:
             return None
         if self.prefetcher is not None and self.prefetcher.running:
             self.prefetcher.wait(1.0)  # stopped when vLLM loaded its weights: let its streams finish
-        return weights_block(
+        block = weights_block(
             self.weights_plan,
             self.prefetcher,
             engine_started=self.engine.started_mono if self.engine else None,
@@ -356,6 +362,9 @@ class Boot:
             bytes_at_load_start=self.load_start[1] if self.load_start else None,
             phases={},
         )
+        if self.plan.model.source == "s3":
+            block["read"] = s3_read(self.plan.model, self.s3_stats)
+        return block
 
     def finish_report(self, error: str | None = None) -> BootReport:
         """Scan the caches again and turn what this boot saw into its report."""

@@ -342,7 +342,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         stall_s=settings.hub_stall_s,
         hub_endpoint=settings.hub_endpoint,
     )
-    print(json.dumps(model_summary(model)))
+    summary = model_summary(model)
+    if args.to:  # s3upload.py: the snapshot just pinned, copied into S3-compatible storage
+        from .s3upload import upload_model
+
+        summary["uploaded"] = upload_model(model, args.to, settings.s3_endpoint_url, settings.s3_region)
+    print(json.dumps(summary))
     return 0
 
 
@@ -369,6 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_volume(sub.add_parser("fetch", help="download MODEL_NAME into the volume's HF cache (or --hub-cache)"))
     p.add_argument("--hub-cache", metavar="DIR", help="an HF hub cache directory to fill instead of the volume's")
+    p.add_argument(
+        "--to",
+        metavar="S3_URL",
+        help="then copy the snapshot to s3://BUCKET/PREFIX as real files with a manifest (for MODEL_NAME=s3://...)",
+    )
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("report", help="boot report from a vLLM log file")

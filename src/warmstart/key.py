@@ -142,7 +142,8 @@ def derive_key(
     """The key for this boot. `derived_env` holds VLLM_* values warmstart chose (e.g. AOT off on CPU);
     `fit` is the plan's concurrency fit (None: the fit for these settings)."""
     factors: dict[str, Any] = {
-        "model": model.repo_id or str(model.path),
+        # An s3:// model is keyed by its URL (and its listing's revision), not the local folder it was read to.
+        "model": model.repo_id or (model.name if model.source == "s3" else str(model.path)),
         "revision": model.revision,
         # vLLM hashes the model path it is given (ModelConfig.model). That is the stable link
         # `<WARMSTART_LOCAL_CACHE>/models/<org>--<name>/<commit>` (model.vllm_model_path), built
@@ -156,7 +157,7 @@ def derive_key(
     }
     canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()
-    model_part = _slug((model.repo_id or model.path.name).split("/")[-1], 40)
+    model_part = _slug((model.repo_id or (model.name if model.source == "s3" else model.path.name)).split("/")[-1], 40)
     rev_part = model.revision.removeprefix("local-")[:8]
     dirname = f"{model_part}--{rev_part}--{hardware.slug}--vllm-{_slug(engine.vllm, 20)}--{digest[:10]}"
     return CacheKey(factors, digest, dirname)

@@ -58,7 +58,7 @@ class ResolvedModel:
     repo_id: str | None  # None for a local directory
     revision: str  # the commit, or "local-<hash>" for a directory
     path: Path
-    source: Literal["hf-cache", "downloaded", "local-dir"]
+    source: Literal["hf-cache", "downloaded", "local-dir", "s3"]
     files: int
     bytes: int
     downloaded_bytes: int = 0

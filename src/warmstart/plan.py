@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import log
 from .engine.concurrency import ConcurrencyFit, fit_concurrency
@@ -29,6 +29,7 @@ from .key import CacheKey, derive_key
 from .log import StageWarning
 from .model import ResolvedModel, resolve, vllm_model_path
 from .redact import Redactor
+from .s3url import is_s3_model
 from .settings import Settings
 from .store.backend import BundleStore
 from .store.image import image_store
@@ -38,6 +39,9 @@ from .store.siblings import SeedPlan, plan_seed
 from .store.volume import StagedStore
 from .vllm.argv import last_flag_value
 from .vllm.install import EngineInfo, find_vllm_python, probe_engine
+
+if TYPE_CHECKING:
+    from .s3model import S3Read
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class BootPlan:
     vllm_model: Path | None = None  # the stable path vLLM is given (model.vllm_model_path); None: the snapshot
     seed: SeedPlan | None = None  # staged: the siblings to seed from if no generation of its own restores
     image: BundleStore | None = None  # staged: the key's generation baked into the image (read-only)
+    s3_read: S3Read | None = None  # MODEL_NAME=s3://: the weights' read, run beside the restore (boot.py)
 
     @property
     def model_arg(self) -> Path:
@@ -165,16 +170,7 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
             settings.volume,
             volume.layout.root,
         )
-    model = resolve(
-        settings.model_name,
-        settings.model_revision,
-        volume.layout.hub_cache,
-        token=settings.hf_token,
-        no_download_reason=no_download_reason or settings.no_download_reason,
-        read_only_caches=(*volume.read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
-        stall_s=settings.hub_stall_s,
-        hub_endpoint=settings.hub_endpoint,
-    )
+    model, s3_read = _resolve_model(settings, volume.layout.hub_cache, volume.read_only_hubs, no_download_reason)
     log.info(
         "model",
         "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
@@ -238,7 +234,35 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         vllm_model=vllm_model_path(model, settings.local_cache_dir),
         seed=seed,
         image=image,
+        s3_read=s3_read,
     )
+
+
+def _resolve_model(
+    settings: Settings, hub_cache: Path, read_only_hubs: tuple[Path, ...], no_download_reason: str | None
+) -> tuple[ResolvedModel, S3Read | None]:
+    """The model pinned: from S3 (s3model.py: one listing now, the read beside the restore) or on disk in
+    the HF caches (downloaded if need be)."""
+    if is_s3_model(settings.model_name):
+        from .s3model import plan_s3
+
+        return plan_s3(
+            settings.model_name,
+            settings.local_cache_dir,
+            endpoint_url=settings.s3_endpoint_url,
+            region=settings.s3_region,
+        )
+    model = resolve(
+        settings.model_name,
+        settings.model_revision,
+        hub_cache,
+        token=settings.hf_token,
+        no_download_reason=no_download_reason or settings.no_download_reason,
+        read_only_caches=(*read_only_hubs, *((settings.baked_hf_cache,) if settings.baked_hf_cache else ())),
+        stall_s=settings.hub_stall_s,
+        hub_endpoint=settings.hub_endpoint,
+    )
+    return model, None
 
 
 def _open_s3(settings: Settings, key: CacheKey) -> BundleStore:

@@ -25,6 +25,11 @@ class S3Url:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
 
+def is_s3_model(name: str | None) -> bool:
+    """MODEL_NAME (or TOKENIZER) names a prefix in S3-compatible storage (s3model.py reads it)."""
+    return bool(name) and name.lower().startswith("s3://")  # type: ignore[union-attr]
+
+
 def parse_s3_url(raw: str) -> S3Url:
     """`s3://bucket/prefix` -> S3Url. Raises ValueError with the reason."""
     parsed = urlparse(raw)

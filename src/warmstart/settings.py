@@ -31,7 +31,7 @@ from .envnames import is_vllm_variable
 from .errors import SettingsError
 from .limits import RUNPOD_INIT_TIMEOUT_S
 from .log import StageWarning
-from .s3url import check_endpoint_url, parse_s3_url
+from .s3url import check_endpoint_url, is_s3_model, parse_s3_url
 from .variables import BY_NAME, ENGINE_FLAGS, REMOVED_FLAGS, WRAPPER, Variable
 from .vllm.argv import flags, last_flag_value
 from .vllm.argvalues import dest_of
@@ -182,12 +182,21 @@ def check_model_name(name: str) -> str | None:
     """A problem line for MODEL_NAME, or None. Absolute paths are local directories."""
     if not name:
         return "MODEL_NAME is not set: name a Hugging Face repo id (ORG/NAME) or a local directory"
+    if is_s3_model(name):
+        try:
+            url = parse_s3_url(name)
+        except ValueError as exc:
+            return f"MODEL_NAME={name!r}: {exc}"
+        return None if url.prefix else f"MODEL_NAME={name!r}: name the model's prefix, s3://BUCKET/PREFIX"
     if name.startswith("/"):
         if ".." in Path(name).parts:
             return f"MODEL_NAME={name!r}: a local path must not contain '..'"
         return None
     if ".." in name or not _REPO_ID.match(name):
-        return f"MODEL_NAME={name!r}: expected a Hugging Face repo id like ORG/NAME, or an absolute path"
+        return (
+            f"MODEL_NAME={name!r}: expected a Hugging Face repo id like ORG/NAME, an absolute path, "
+            "or s3://BUCKET/PREFIX"
+        )
     return None
 
 
@@ -305,6 +314,8 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
     revision = values["model_revision"]
     if revision is not None and (".." in revision or not re.match(r"^[\w./-]+$", revision)):
         problems.append(f"MODEL_REVISION={revision!r}: not a branch, tag or commit")
+    if revision is not None and is_s3_model(values["model_name"]):
+        problems.append("MODEL_REVISION: an s3:// model's revision is its objects' listing; leave it unset")
     values["served_model_name"] = values["served_model_name"] or values["model_name"]
 
     engine_values: list[tuple[str, str]] = []
@@ -319,6 +330,13 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             problems.append(problem)
         elif flag.kind not in ("bool", "pair_bool"):
             problems.extend(smuggled_flags(flag.env, shlex.split(raw) if flag.kind == "argv" else [raw]))
+        if flag.flag == "--tokenizer" and is_s3_model(raw):
+            # The tokenizer is read with an s3:// model, into the folder vLLM is given (s3model.py).
+            if raw.rstrip("/") != values["model_name"].rstrip("/"):
+                problems.append(f"{flag.env}={raw!r}: an s3:// tokenizer must be MODEL_NAME's own prefix")
+            else:
+                warnings.append(f"{flag.env} is MODEL_NAME's prefix: its tokenizer is read with the model")
+            continue
         engine_values.append((flag.env, raw.lower() if flag.kind == "choice" else raw))
 
     values["extra_args"], named, config_problems = config_in_extra_args(values["extra_args"])
@@ -367,7 +385,7 @@ def from_env(env: Mapping[str, str], volume: str | None = None) -> Settings:
             check_endpoint_url(values["s3_endpoint_url"])
         except ValueError as exc:
             problems.append(f"WARMSTART_S3_ENDPOINT_URL: {exc}")
-        if values["s3_url"] is None:
+        if values["s3_url"] is None and not is_s3_model(values["model_name"]):
             warnings.append("WARMSTART_S3_ENDPOINT_URL is set but WARMSTART_S3_URL is not: no S3 tier")
 
     # Stalled stores alone must not spend Runpod's whole cold-start limit before vLLM starts.

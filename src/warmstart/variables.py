@@ -40,7 +40,8 @@ WRAPPER: tuple[Variable, ...] = (
     Variable(
         "MODEL_NAME",
         "str",
-        "Hugging Face repo id (`ORG/NAME`) or an absolute path to a model directory",
+        "Hugging Face repo id (`ORG/NAME`), an absolute path to a model directory, or `s3://BUCKET/PREFIX` "
+        "(read from S3-compatible storage, see [No volume, weights from S3](deploying.md#no-volume-weights-from-s3))",
         shown="(required)",
         field="model_name",
     ),
@@ -346,7 +347,7 @@ WRAPPER: tuple[Variable, ...] = (
     Variable(
         "WARMSTART_S3_ENDPOINT_URL",
         "str",
-        "an S3-compatible endpoint, e.g. `https://s3api-eu-ro-1.runpod.io`",
+        "an S3-compatible endpoint, e.g. `https://s3api-eu-ro-1.runpod.io`; also the endpoint of an `s3://` MODEL_NAME",
         shown="AWS",
         field="s3_endpoint_url",
     ),

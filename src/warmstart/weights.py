@@ -39,7 +39,7 @@ from .vllm.logformats import LOAD_START as LOAD_START
 
 # Where the snapshot's weights are: on the network volume, under the volume's path but on a local disk,
 # elsewhere on this machine (the image, a local directory), or just downloaded (in the page cache).
-WeightsSource = Literal["volume", "local-disk", "local", "downloaded"]
+WeightsSource = Literal["volume", "local-disk", "local", "downloaded", "s3"]
 PrefetchAction = Literal["prefetch", "skip"]
 PrefetchStatus = Literal["pending", "running", "done", "stopped", "failed"]
 
@@ -161,8 +161,8 @@ def plan_prefetch(
     on_volume = volume_root is not None and _is_under(snapshot, volume_root)
     kind = fs_type(snapshot) if on_volume else ""
     source: WeightsSource
-    if model_source == "downloaded":
-        source = "downloaded"
+    if model_source in ("downloaded", "s3"):
+        source = model_source  # type: ignore[assignment]
     elif not on_volume:
         source = "local"
     else:
@@ -181,6 +181,8 @@ def plan_prefetch(
         return skip("WARMSTART_WEIGHTS_PREFETCH=off", files)
     if source == "downloaded":
         return skip("the weights were just downloaded: already in the page cache", files)
+    if source == "s3":
+        return skip("the weights were read from S3 to local disk before vLLM started", files)
     if not files:
         return skip("no weight files (*.safetensors, *.bin) in the snapshot")
     size = sum(s for _, s in files)

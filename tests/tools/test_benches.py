@@ -311,3 +311,31 @@ def test_canary_goal_is_its_median_cost_within_two_percent_of_warm_ready():
     assert canary_goal_met([0.5, 0.8, 0.6], [40.0, 45.0, 50.0])  # 0.6 <= 0.9
     assert not canary_goal_met([1.0, 1.2, 1.1], [40.0, 45.0, 50.0])
     assert not canary_goal_met([], [40.0])
+
+
+def test_bench_s3_weights_quick_reads_the_model_each_way_through_the_proxy(tmp_path, monkeypatch):
+    from warmstart_dev.s3weightsbench import bench_s3_weights
+
+    monkeypatch.setenv("WARMSTART_BENCH_MODELS", str(tmp_path / "models"))
+    result = bench_s3_weights(tmp_path / "work", size="tiny", server="moto", repeats=2, vllm_python=None)
+    assert result["model"]["files"] >= 3 and result["model"]["bytes"] > 1_000_000
+    assert len(result["single_s"]["runs"]) == len(result["staged_s"]["runs"]) == 2
+    assert "skipped" in result["streamer_s"], "no streamer in this environment: said, not faked"
+    assert result["default"] == "staged" and set(result["goals"]) == {"5x_faster_than_single", "within_1.3x_of_floor"}
+
+
+def test_s3_weights_goals_flip_at_five_times_and_one_point_three():
+    from warmstart_dev.s3weightsbench import s3_weights_goals
+
+    assert s3_weights_goals(50.0, 10.0, 8.0) == {"5x_faster_than_single": True, "within_1.3x_of_floor": True}
+    assert s3_weights_goals(49.0, 10.0, 8.0)["5x_faster_than_single"] is False
+    assert s3_weights_goals(50.0, 10.5, 8.0)["within_1.3x_of_floor"] is False
+
+
+def test_the_proxys_shared_cap_books_every_streams_bytes_on_one_clock():
+    from warmstart_dev.throttle import SharedCap
+
+    cap = SharedCap(1e6)
+    first = cap.take(500_000)
+    second = cap.take(500_000)  # another stream, at once: after the first's half second
+    assert second - first == pytest.approx(0.5, abs=0.01)

@@ -195,6 +195,19 @@ def main(args: argparse.Namespace) -> int:
             server=args.server,
             repeats=int(os.environ.get("BENCH_REPEATS", "3")),
         )
+    elif args.bench == "s3-weights":
+        from .s3weightsbench import bench_s3_weights
+
+        result = bench_s3_weights(
+            Path(args.workdir).resolve(),
+            size="tiny" if args.quick else args.size,
+            latency_ms=args.latency_ms,
+            mbps=args.mbps,
+            total_mbps=args.total_mbps,
+            server="moto" if args.quick else args.server,
+            repeats=1 if args.quick else int(os.environ.get("BENCH_REPEATS", "3")),
+            vllm_python=args.vllm_python or str(Path(".vllm-venv/bin/python").absolute()),
+        )
     elif args.bench == "chaos":
         from .chaos import bench_chaos
 

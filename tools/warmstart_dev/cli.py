@@ -95,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
     )
+    b = bench_sub.add_parser("s3-weights", help="a sized model from a distant S3 store: one stream, staged, streamer")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/s3-weights")
+    b.add_argument("--size", default="1GiB", help="size of the generated model's weights (default 1GiB)")
+    b.add_argument("--quick", action="store_true", help="the tiny model, one repeat, moto: a check, not a figure")
+    b.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
+    b.add_argument("--mbps", type=float, default=25.0, help="MB/s per stream (default 25)")
+    b.add_argument("--total-mbps", type=float, default=200.0, help="MB/s for all streams: the floor (default 200)")
+    b.add_argument(
+        "--server", choices=("s3rver", "moto"), default="s3rver", help="the local S3 server (default s3rver)"
+    )
+    b.add_argument("--vllm-python", help="vLLM's interpreter, for the streamer (default: .vllm-venv/bin/python)")
     b = bench_sub.add_parser("chaos", help="a soak of the staged tiers under S3 faults and SIGKILLs, checked")
     b.add_argument("--json", action="store_true")
     b.add_argument("--workdir", default=".bench/chaos")

@@ -9,7 +9,8 @@ spoke (a new HTTP request on a kept-alive connection, or the first one), its byt
 `latency_ms` before they are forwarded; a new connection waits as long again (the TCP
 handshake). Each connection is capped at `mbps` in each direction (a token bucket per
 stream), which is what a single S3 GET stream gets from a distant endpoint; parallel
-streams each get their own cap. It runs as its own process so that its work does not
+streams each get their own cap, and with `--total-mbps` all of them share one more (the
+worker's link: `bench s3-weights` measures against it). It runs as its own process so that its work does not
 share the interpreter lock with the client being measured.
 
 Faults, each on every `every`-th request (counted over all connections, so a test with one
@@ -96,6 +97,19 @@ class Faults:
         return kind
 
 
+class SharedCap:
+    """One token bucket for every connection of a proxy (one event loop: no lock)."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self.bytes_per_s = bytes_per_s
+        self.next_t = time.monotonic()
+
+    def take(self, n: int) -> float:
+        """Book `n` bytes; the time they may be sent by."""
+        self.next_t = max(self.next_t, time.monotonic()) + n / self.bytes_per_s
+        return self.next_t
+
+
 class Link:
     """One client connection and its upstream: who spoke last, and each direction's bucket."""
 
@@ -105,7 +119,9 @@ class Link:
         bytes_per_s: float,
         faults: Faults | None = None,
         client: asyncio.StreamWriter | None = None,
+        shared: SharedCap | None = None,
     ) -> None:
+        self.shared = shared
         self.latency_s = latency_s
         self.bytes_per_s = bytes_per_s
         self.server_spoke = True  # the next client bytes start a request
@@ -147,10 +163,11 @@ class Link:
                     self.response_bytes += len(data)
                 now = time.monotonic()
                 next_t = max(next_t, now) + len(data) / self.bytes_per_s
+                until = max(next_t, self.shared.take(len(data))) if self.shared is not None else next_t
                 writer.write(data)
                 await writer.drain()
-                if next_t > time.monotonic():
-                    await asyncio.sleep(next_t - time.monotonic())
+                if until > time.monotonic():
+                    await asyncio.sleep(until - time.monotonic())
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -191,8 +208,16 @@ def _lists_uploads(head: bytes) -> bool:
     return line.startswith(b"GET ") and b"?uploads" in line.split(b" ")[1]
 
 
-async def serve(listen: int, upstream: int, latency_ms: float, mbps: float, faults: Faults | None = None) -> None:
+async def serve(
+    listen: int,
+    upstream: int,
+    latency_ms: float,
+    mbps: float,
+    faults: Faults | None = None,
+    total_mbps: float = 0.0,
+) -> None:
     faults = faults or Faults()
+    shared = SharedCap(total_mbps * 1e6) if total_mbps > 0 else None
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         if faults.draw(connect=True) == "refuse":
@@ -204,7 +229,7 @@ async def serve(listen: int, upstream: int, latency_ms: float, mbps: float, faul
         except OSError:
             client_w.close()
             return
-        link = Link(latency_ms / 1000, mbps * 1e6, faults, client_w)
+        link = Link(latency_ms / 1000, mbps * 1e6, faults, client_w, shared)
         to_up = asyncio.ensure_future(link.pump(client_r, up_w, True))
         to_client = asyncio.ensure_future(link.pump(up_r, client_w, False))
         await asyncio.wait({to_up, to_client}, return_when=asyncio.FIRST_COMPLETED)
@@ -225,6 +250,7 @@ def throttled(
     *,
     latency_ms: float = 0.0,
     mbps: float = 10_000.0,
+    total_mbps: float = 0.0,
     fault: str = "",
     every: int = 0,
     rate: float = 0.0,
@@ -240,6 +266,8 @@ def throttled(
     upstream = int(upstream_url.rsplit(":", 1)[1])
     port = free_port()
     args = ["--listen", str(port), "--upstream", str(upstream), "--latency-ms", str(latency_ms), "--mbps", str(mbps)]
+    if total_mbps > 0:
+        args += ["--total-mbps", str(total_mbps)]
     if fault:
         args += ["--fault", fault, "--every", str(every), "--rate", str(rate), "--cut-bytes", str(cut_bytes)]
         args += ["--seed", str(seed), *(["--stats", stats] if stats else [])]
@@ -254,6 +282,7 @@ def main() -> None:
     parser.add_argument("--upstream", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--mbps", type=float, default=100.0, help="MB/s per connection and direction")
+    parser.add_argument("--total-mbps", type=float, default=0.0, help="MB/s for all connections together (0: none)")
     parser.add_argument("--fault", default="", help=f"comma-separated, of {', '.join(FAULTS)}")
     parser.add_argument("--every", type=int, default=0, help="fault every n-th request")
     parser.add_argument("--rate", type=float, default=0.0, help="else fault this share of requests")
@@ -266,7 +295,7 @@ def main() -> None:
         parser.error(f"unknown fault(s): {', '.join(sorted(unknown))}")
     faults = Faults(kinds, args.every, args.rate, args.cut_bytes, args.seed, args.stats)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.listen, args.upstream, args.latency_ms, args.mbps, faults))
+        asyncio.run(serve(args.listen, args.upstream, args.latency_ms, args.mbps, faults, args.total_mbps))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import ResolvedModel
+from ..s3model import ReadStats
 from ..weights import Prefetcher, WeightsPlan
 
 
@@ -65,6 +67,20 @@ def weights_block(
     }
 
 
+def s3_read(model: ResolvedModel, stats: ReadStats | None) -> dict[str, Any]:
+    """The `weights.read` block of an s3:// model: what was read from the store (beside the restore,
+    before vLLM started); `stats` None: no read finished."""
+    read, seconds = (stats.bytes, round(stats.seconds, 3)) if stats is not None else (0, 0.0)
+    return {
+        "source": "s3",
+        "url": model.name,
+        "revision": model.revision,
+        "bytes": read,
+        "seconds": seconds,
+        "mb_s": round(read / 1e6 / seconds, 1) if seconds and read else None,
+    }
+
+
 def describe(block: Mapping[str, Any]) -> str:
     """One readable line for the log and the report's summary."""
     pre = block["prefetch"]
@@ -84,6 +100,10 @@ def describe(block: Mapping[str, Any]) -> str:
             text += f", {pre['overlap_s']:.1f} s of it during vLLM's bootstrap"
         if pre["status"] in ("stopped", "failed") and pre.get("reason"):
             text += f" ({pre['reason']})"
+    if (read := block.get("read")) is not None:
+        text += f"; read from {read['url']} before vLLM started: {read['bytes'] / 1e6:.1f} MB"
+        text += f" in {read['seconds']:.1f} s"
+        text += f" ({read['mb_s']:.0f} MB/s)" if read.get("mb_s") else " (already on local disk)"
     weights = block.get("vllm_weights_s")
     text += f"; vLLM's weights phase {weights:.1f} s" if weights is not None else "; vLLM's weights phase: no marker"
     return text

@@ -1,0 +1,300 @@
+"""MODEL_NAME=s3://BUCKET/PREFIX (warmstart/s3model.py) against a real S3-protocol server (moto on loopback),
+faults by the proxy (warmstart_dev.throttle): listed once, pinned by the listing, read whole or not at all."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from helpers.run import MODEL_ID, base_env
+from helpers.s3_server import SECRET_KEY, moto_server, s3_env
+from warmstart.errors import EXIT_CONFIG, ModelError
+from warmstart.s3model import (
+    MANIFEST,
+    BackgroundRead,
+    list_model,
+    model_dir,
+    plan_s3,
+    read_model,
+    resolve_s3,
+    streamer_env,
+)
+from warmstart.s3url import parse_s3_url
+from warmstart.settings import from_env
+from warmstart.store.s3client import make_client
+from warmstart_dev.throttle import throttled
+
+pytestmark = pytest.mark.usefixtures("aws_credentials")
+
+WEIGHTS = os.urandom(3 * 1024 * 1024 + 17)  # three and a bit ranges of 1 MiB
+FILES = {
+    "config.json": b'{"model_type": "llama"}',
+    "tokenizer.json": b'{"version": "1.0"}',
+    "model.safetensors": WEIGHTS,
+}
+
+
+@pytest.fixture
+def client(endpoint):
+    return make_client(endpoint, "us-east-1")
+
+
+@pytest.fixture
+def bucket(client) -> str:
+    name = f"models-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=name)
+    return name
+
+
+def put(client, bucket: str, files: dict[str, bytes], prefix: str = "tiny", manifest: bool = False) -> str:
+    entries = {}
+    for name, data in files.items():
+        etag = client.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=data)["ETag"]
+        entries[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "etag": etag.strip('"')}
+    if manifest:
+        body = json.dumps({"format": 1, "files": entries}).encode()
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}", Body=body)
+    return f"s3://{bucket}/{prefix}"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_settings_take_an_s3_model_and_refuse_what_cannot_be_one(tmp_path):
+    env = {"MODEL_NAME": "s3://my-volume/models/qwen", "WARMSTART_S3_ENDPOINT_URL": "https://s3api-eu-ro-1.runpod.io"}
+    settings = from_env(env)
+    assert settings.model_name == "s3://my-volume/models/qwen"
+    assert not [w for w in settings.warnings if "no S3 tier" in w], "the endpoint serves the model"
+    for bad, why in (
+        ("s3://my-volume", "name the model's prefix"),
+        ("s3://user:pw@bucket/m", "a bucket name only"),
+        ("s3://bucket/a/../b", "must not contain"),
+    ):
+        with pytest.raises(Exception, match=why):
+            from_env({"MODEL_NAME": bad})
+    with pytest.raises(Exception, match="listing"):
+        from_env({"MODEL_NAME": "s3://b/m", "MODEL_REVISION": "main"})
+
+
+def test_the_streamer_reads_path_addressing_for_an_s3_compatible_endpoint():
+    # runai-model-streamer 0.17.1 libstreamers3.so reads these names; its default is virtual addressing.
+    assert streamer_env("https://s3api-eu-ro-1.runpod.io", "eu-ro-1") == {
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": "https://s3api-eu-ro-1.runpod.io",
+        "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+        "AWS_REGION": "eu-ro-1",
+    }
+    assert streamer_env(None, None) == {"AWS_EC2_METADATA_DISABLED": "true"}, "AWS S3 itself: virtual addressing"
+
+
+def test_the_listing_is_the_revision_and_a_changed_object_is_a_new_one(client, bucket):
+    url = parse_s3_url(put(client, bucket, FILES))
+    first, again = list_model(client, url), list_model(client, url)
+    assert first.revision == again.revision and first.revision.startswith("s3-")
+    assert [o.name for o in first.objects] == sorted(FILES) and first.bytes == sum(map(len, FILES.values()))
+    client.put_object(Bucket=bucket, Key="tiny/model.safetensors", Body=WEIGHTS[::-1])  # same size, new bytes
+    assert list_model(client, url).revision != first.revision
+
+
+def test_an_s3_model_is_read_whole_to_local_disk_once_and_keyed_by_its_url(client, bucket, endpoint, tmp_path):
+    name = put(client, bucket, FILES, manifest=True)
+    model = resolve_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert (model.source, model.repo_id, model.files, model.bytes) == ("s3", None, 3, sum(map(len, FILES.values())))
+    assert model.path == model_dir(tmp_path, parse_s3_url(name)) / model.revision
+    assert tree(model.path) == FILES, "every object, the manifest left out"
+    assert model.downloaded_bytes == model.bytes
+    again = resolve_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert (again.path, again.revision, again.downloaded_bytes) == (model.path, model.revision, 0)
+    assert [p.name for p in model.path.parent.iterdir()] == [model.revision], "no partial folder left"
+
+
+def test_ranges_are_read_in_parallel_and_checked_against_the_manifest(client, bucket, tmp_path):
+    url = parse_s3_url(put(client, bucket, FILES, manifest=True))
+    listing = list_model(client, url)
+    manifest = json.loads(client.get_object(Bucket=bucket, Key=f"tiny/{MANIFEST}")["Body"].read())
+    stats = read_model(client, listing, tmp_path / "m", manifest, workers=4, part_bytes=1024 * 1024)
+    assert tree(tmp_path / "m") == FILES and stats.bytes == listing.bytes
+
+
+@pytest.mark.parametrize(
+    ("files", "manifest_edit", "error"),
+    [
+        ({"config.json": b"{}", "model.bin": b"x"}, None, "no \\*.safetensors"),
+        ({"model.safetensors": b"x"}, None, "no config.json"),
+        (FILES, ("model.safetensors", "etag", "0" * 32), "disagree: model.safetensors: ETag"),
+        (FILES, ("model.safetensors", "size", 1), "disagree: model.safetensors: .* bytes listed"),
+        (FILES, ("extra.safetensors", None, None), "in warmstart-model.json but not listed"),
+    ],
+)
+def test_a_prefix_that_is_no_model_or_disagrees_with_its_manifest_fails_before_anything_is_read(
+    client, bucket, endpoint, tmp_path, files, manifest_edit, error
+):
+    name = put(client, bucket, files, manifest=manifest_edit is not None)
+    if manifest_edit is not None:
+        key = f"tiny/{MANIFEST}"
+        manifest = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        file, field, value = manifest_edit
+        if field is None:
+            manifest["files"][file] = {"size": 1, "sha256": "0" * 64}
+        else:
+            manifest["files"][file][field] = value
+        client.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest).encode())
+    with pytest.raises(ModelError, match=error) as caught:
+        resolve_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert caught.value.exit_code == EXIT_CONFIG
+    assert not (tmp_path / "models").exists(), "nothing read, nothing written"
+
+
+def test_bytes_that_are_not_the_manifest_s_fail_and_leave_nothing(client, bucket, endpoint, tmp_path):
+    name = put(client, bucket, FILES, manifest=True)
+    key = f"tiny/{MANIFEST}"
+    manifest = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    manifest["files"]["model.safetensors"]["sha256"] = "ab" * 32
+    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest).encode())
+    with pytest.raises(ModelError, match="SHA-256"):
+        resolve_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert [p for p in (tmp_path / "models").rglob("*") if p.is_file()] == []
+
+
+def test_an_object_deleted_or_replaced_mid_read_fails_and_leaves_nothing(client, bucket, tmp_path):
+    url = parse_s3_url(put(client, bucket, FILES))
+    listing = list_model(client, url)
+    client.delete_object(Bucket=bucket, Key="tiny/tokenizer.json")
+    with pytest.raises(ModelError, match="vanished while it was read"):
+        read_model(client, listing, tmp_path / "m", part_bytes=1024 * 1024)
+    client.put_object(Bucket=bucket, Key="tiny/tokenizer.json", Body=FILES["tokenizer.json"])
+    listing = list_model(client, url)
+    client.put_object(Bucket=bucket, Key="tiny/model.safetensors", Body=WEIGHTS[::-1])
+    with pytest.raises(ModelError, match="changed while it was read"):
+        read_model(client, listing, tmp_path / "m", part_bytes=1024 * 1024)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_refused_credentials_and_an_unreachable_store_are_one_clear_line(tmp_path):
+    with moto_server(auth=True) as url, pytest.raises(ModelError, match="check the credentials") as caught:
+        resolve_s3("s3://b/m", tmp_path, endpoint_url=url, region="us-east-1")
+    assert SECRET_KEY not in str(caught.value) and caught.value.exit_code == EXIT_CONFIG
+    start = time.monotonic()
+    with pytest.raises(ModelError, match="unreachable"):
+        resolve_s3("s3://b/m", tmp_path, endpoint_url="http://127.0.0.1:9", region="us-east-1")
+    assert time.monotonic() - start < 15, "bounded by the client's timeouts and retries"
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_throttling_store_is_retried_and_one_that_always_throttles_fails_in_bounded_time(
+    client, bucket, endpoint, tmp_path
+):
+    name = put(client, bucket, FILES)
+    with throttled(endpoint, fault="slowdown", every=3) as url:
+        model = resolve_s3(name, tmp_path / "a", endpoint_url=url, region="us-east-1")
+    assert tree(model.path) == FILES
+    with throttled(endpoint, fault="slowdown", every=1) as url:
+        start = time.monotonic()
+        with pytest.raises(ModelError, match="SlowDown"):
+            resolve_s3(name, tmp_path / "b", endpoint_url=url, region="us-east-1")
+    assert time.monotonic() - start < 20
+
+
+def fetch_to(env: dict[str, str], to: str, capsys) -> tuple[int, dict, str]:
+    from warmstart.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        code = main(["fetch", "--to", to])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else {}, err
+
+
+def test_fetch_to_copies_the_pinned_snapshot_as_real_files_that_a_boot_reads_back(
+    client, bucket, endpoint, tmp_path, tiny_model, volume, capsys
+):
+    env = {"MODEL_NAME": MODEL_ID, "RUNPOD_VOLUME_PATH": str(volume), "WARMSTART_S3_ENDPOINT_URL": endpoint}
+    client.put_object(Bucket=bucket, Key="tiny/stale.safetensors", Body=b"an older upload's shard")
+    code, out, _ = fetch_to(env, f"s3://{bucket}/tiny", capsys)
+    assert code == 0 and out["uploaded"]["removed"] == ["stale.safetensors"]
+    snapshot = {p.name: p.read_bytes() for p in tiny_model.snapshot.iterdir()}
+    assert out["uploaded"]["files"] == len(snapshot) and out["revision"] == tiny_model.commit
+    manifest = json.loads(client.get_object(Bucket=bucket, Key=f"tiny/{MANIFEST}")["Body"].read())
+    assert manifest["source"] == {"repo_id": MODEL_ID, "revision": tiny_model.commit}
+    assert {n: e["sha256"] for n, e in manifest["files"].items()} == {
+        n: hashlib.sha256(d).hexdigest() for n, d in snapshot.items()
+    }
+    model = resolve_s3(f"s3://{bucket}/tiny", tmp_path / "local", endpoint_url=endpoint, region="us-east-1")
+    assert tree(model.path) == snapshot and not any(p.is_symlink() for p in model.path.iterdir())
+
+
+def test_fetch_to_refuses_a_corrupt_hf_cache_and_publishes_no_manifest(
+    client, bucket, endpoint, tiny_model, volume, capsys
+):
+    shard = next(p for p in tiny_model.snapshot.iterdir() if p.name.endswith(".safetensors"))
+    blob = shard.resolve()
+    blob.write_bytes(blob.read_bytes()[::-1])  # same size, not the bytes the Hub's ETag names
+    env = {"MODEL_NAME": MODEL_ID, "RUNPOD_VOLUME_PATH": str(volume), "WARMSTART_S3_ENDPOINT_URL": endpoint}
+    code, _, err = fetch_to(env, f"s3://{bucket}/tiny", capsys)
+    assert code == EXIT_CONFIG and "the HF cache is corrupt" in err
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix=f"tiny/{MANIFEST}")
+
+
+def test_the_plan_only_lists_and_the_boot_reads_beside_the_restore(client, bucket, endpoint, tmp_path):
+    name = put(client, bucket, FILES)
+    model, read = plan_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert not model.path.exists(), "one listing in the plan, no read"
+    assert model.downloaded_bytes == model.bytes
+    background = BackgroundRead.start(read)
+    stats = background.join()
+    assert stats.bytes == model.bytes and tree(model.path) == FILES
+    again, _ = plan_s3(name, tmp_path, endpoint_url=endpoint, region="us-east-1")
+    assert again.downloaded_bytes == 0, "already whole on local disk"
+
+
+def test_an_object_lost_between_plan_and_read_fails_the_boot_before_vllm_starts(
+    client, bucket, endpoint, tmp_path, fake_vllm_python
+):
+    from warmstart.boot import run_boot
+    from warmstart.plan import plan_boot
+    from warmstart.redact import Redactor
+
+    name = put(client, bucket, FILES)
+    env = base_env(
+        tmp_path / "no-volume",
+        fake_vllm_python,
+        tmp_path,
+        MODEL_NAME=name,
+        WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
+        **s3_env(endpoint),
+    )
+    plan = plan_boot(from_env(env))
+    client.delete_object(Bucket=bucket, Key="tiny/model.safetensors")
+    with pytest.raises(ModelError, match="vanished while it was read") as caught:
+        run_boot(plan, Redactor.from_env(env), echo=io.StringIO())
+    assert caught.value.exit_code == EXIT_CONFIG
+    assert not list((tmp_path / "local" / "models").rglob("*.safetensors")), "nothing half-read left"
+
+
+def test_an_s3_tokenizer_is_the_models_own_prefix_read_with_it():
+    same = from_env({"MODEL_NAME": "s3://vol/models/qwen", "TOKENIZER_NAME": "s3://vol/models/qwen/"})
+    assert "TOKENIZER_NAME" not in same.engine, "no --tokenizer s3://...: the files are in the model's folder"
+    assert any("read with the model" in w for w in same.warnings)
+    with pytest.raises(Exception, match="MODEL_NAME's own prefix"):
+        from_env({"MODEL_NAME": "s3://vol/models/qwen", "TOKENIZER": "s3://vol/tokenizers/qwen"})
+
+
+def test_weights_read_from_s3_are_where_they_live_not_a_miss(tmp_path):
+    from warmstart.model import ResolvedModel
+    from warmstart.report.build import hf_weights_layer
+    from warmstart.report.statuses import decide_verdict
+
+    read = ResolvedModel("s3://vol/m", None, "s3-abc", tmp_path, "s3", 3, 3000, downloaded_bytes=3000)
+    layer = hf_weights_layer(read)
+    assert layer.status == "hit" and "read from s3://vol/m" in layer.detail
+    assert decide_verdict({"inductor": replace(layer, detail="compiled"), "hf_weights": layer}) == "warm"
