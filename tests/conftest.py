@@ -4,13 +4,38 @@ Helpers that tests import live in tests/helpers/ (on the path by pytest's `pytho
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers.run import HELPERS, MODEL_ID, real_vllm_python
+from helpers import markguard
+from helpers.run import HELPERS, MODEL_ID, REPO, real_vllm_python
 from warmstart_dev.lbbench import standin_vllm_python
 from warmstart_dev.testmodel import TinyModel, write_test_model
+
+GUARD = markguard.install(
+    [p for p in (os.environ.get("WARMSTART_TEST_VLLM_PYTHON"), str(REPO / ".vllm-venv" / "bin" / "python")) if p]
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The guard knows the running test's markers through its setup, call and teardown."""
+    GUARD.enter(item.nodeid, frozenset(m.name for m in item.iter_markers()) & set(markguard.GUARDED))
+    try:
+        yield
+    finally:
+        GUARD.leave()
+
+
+@pytest.fixture(autouse=True)
+def _marker_guard() -> Iterator[None]:
+    """A guarded start that the test caught and carried on from still fails it."""
+    yield
+    if GUARD.violations:
+        pytest.fail("; ".join(GUARD.violations), pytrace=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,11 +11,14 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from helpers.browser import bars, colour_count, dump_dom, screenshot
 from helpers.run import FIXTURES, WARMSTART
 from warmstart.timeline import phase_colours, render_timeline
 
 
+@pytest.mark.browser
 def test_report_html_draws_one_bar_per_phase_of_a_log(tmp_path):
     page = tmp_path / "cold.html"
     out = subprocess.run(
@@ -63,6 +66,7 @@ def _boot(verdict: str, ready: float, compile_s: float, extra: dict | None = Non
     }
 
 
+@pytest.mark.browser
 def test_timeline_puts_cold_beside_warm_and_draws_new_phases(tmp_path):
     boots = [_boot("cold", 60.0, 35.0), _boot("warm", 28.5, 3.0, {"startup_plan": 0.7})]
     page = tmp_path / "key.html"

@@ -42,6 +42,7 @@ def test_volume_path_on_a_local_disk_is_not_prefetched(tmp_path):
     assert plan.action == "skip" and plan.source == "local-disk"
 
 
+@pytest.mark.fuse
 def test_plan_and_read_on_the_nfs_like_volume(tmp_path):
     _model_on(tmp_path / "backing")
     with nfs_mounted(tmp_path / "backing", tmp_path / "vol") as vol:
@@ -63,6 +64,7 @@ def test_plan_and_read_on_the_nfs_like_volume(tmp_path):
         assert reader.status == "done" and reader.bytes_read == plan.bytes
 
 
+@pytest.mark.fuse
 def test_stop_ends_the_streams_within_one_read(tmp_path):
     _model_on(tmp_path / "backing")
     with nfs_mounted(tmp_path / "backing", tmp_path / "vol", stream_mbps=0.5, bandwidth_mbps=0.5) as vol:
@@ -83,6 +85,7 @@ def test_sized_model_has_shards_head_dim_64_and_about_the_size():
     assert parse_size("512MiB") == 512 << 20 and parse_size("800MB") == 800_000_000
 
 
+@pytest.mark.fuse
 def test_too_small_a_ram_share_skips_the_prefetch_with_one_line(tmp_path, fake_vllm_python):
     _model_on(tmp_path / "backing")
     with nfs_mounted(tmp_path / "backing", tmp_path / "volume") as volume:
@@ -104,6 +107,7 @@ def test_too_small_a_ram_share_skips_the_prefetch_with_one_line(tmp_path, fake_v
         assert "bytes_read" not in weights["prefetch"]
 
 
+@pytest.mark.fuse
 def test_a_failed_engine_stops_the_prefetch(tmp_path, fake_vllm_python):
     _model_on(tmp_path / "backing")
     # 0.2 MB/s: the 2.9 MB shard would take 15 s; the engine crashes within a second.

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.markguard import require
+
 
 def chromium() -> str:
+    require("browser", "opens a browser (chromium)")
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         pytest.fail("no chromium: run `make test` (it runs .ci/ensure-chromium) or `apt-get install chromium`")

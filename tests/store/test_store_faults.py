@@ -354,6 +354,7 @@ def test_a_compaction_keeps_a_base_file_that_is_open_for_writing_locally(store, 
 # --------------------------------------------------------------------------- the volume fails
 
 
+@pytest.mark.fuse
 def test_a_volume_listing_that_fails_with_eio_is_not_an_empty_folder(tmp_path):
     """Finding 9: `names()` read EIO as an empty folder: a silent cold boot, and gc that saw no
     readers and removed a generation being restored."""

