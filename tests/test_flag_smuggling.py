@@ -219,3 +219,12 @@ def test_hostile_configurations_are_refused_or_masked(case, tmp_path_factory):
     same cases in tests/vllm/test_flag_parser_property.py."""
     outcome = through_warmstart(materialize(case, tmp_path_factory.getbasetemp(), 0))
     assert warmstart_side_problems(outcome) == [], outcome
+
+
+def test_a_value_of_the_wrong_type_is_quoted_only_when_it_is_a_plain_word():
+    """Found by the property above: `--watermark '{"key": N}'` (a float flag given the watermark config) was
+    refused with the config, and its key, quoted."""
+    env = {"MODEL_NAME": "org/model", "VLLM_EXTRA_ARGS": "--watermark '{\"key\": 7319462850}'"}
+    outcome = through_warmstart(env)
+    assert any("--watermark (its value): vLLM expects float" in p for p in outcome.problems), outcome.problems
+    assert "7319462850" not in " ".join(outcome.problems)

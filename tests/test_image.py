@@ -22,7 +22,20 @@ DEV_NAMES = (
     *sorted({p.stem for p in (REPO / "tools" / "warmstart_dev").glob("*.py")} - _PRODUCT - {"__init__"}),
 )
 DEV_COMMANDS = ("testmodel", "bench")
-USER_COMMANDS = ("key", "boot", "serve", "fetch", "report", "ls", "export", "explain", "gc", "timeline", "predict")
+USER_COMMANDS = (
+    "key",
+    "boot",
+    "serve",
+    "fetch",
+    "report",
+    "ls",
+    "export",
+    "verify",
+    "explain",
+    "gc",
+    "timeline",
+    "predict",
+)
 
 
 @pytest.fixture(scope="module")

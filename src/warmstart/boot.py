@@ -1,9 +1,8 @@
 """The boot's lifecycle: prepare, prefetch, start, wait until vLLM serves, publish, report, stop.
 
-`plan_boot` (plan.py) decides everything that needs no vLLM process; `Boot` runs one boot under
-that plan and collects what it saw into a BootObservation, which `report.build_report` turns
-into the BootReport recorded on the volume. The tiers' restore and publish are store/tiers.py's.
-Each stage logs one line a person can read.
+`plan_boot` (plan.py) decides everything that needs no vLLM process; `Boot` runs one boot under that plan
+and collects what it saw into a BootObservation, which `report.build_report` turns into the BootReport
+recorded on the volume. The tiers' restore and publish are store/tiers.py's. Each stage logs one line.
 """
 
 from __future__ import annotations
@@ -60,16 +59,6 @@ from .weights import LOAD_DONE, LOAD_START, Prefetcher, WeightsPlan, plan_prefet
 
 # How long the report waits for the log reader to handle the lines read before it (it is behind by milliseconds).
 SETTLE_S = 2.0
-
-
-def process_age() -> float:
-    """Seconds since this process was launched (interpreter start and imports included)."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, in ticks since boot
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
 
 
 @dataclass
@@ -309,7 +298,7 @@ class Boot:
             "vLLM serves after %.1f s (engine %.1f s; vLLM started %.2f s into the boot; wrapper CPU %.2f s)",
             self.ready_s,
             self.engine.elapsed(),
-            process_age() - self.engine.elapsed(),
+            log.process_age() - self.engine.elapsed(),
             usage.ru_utime + usage.ru_stime,
         )
         return self.ready_s

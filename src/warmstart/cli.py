@@ -268,26 +268,13 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from . import predict
     from .limits import RUNPOD_INIT_TIMEOUT_S
-    from .store.scan import scan_volume
+    from .plan import plan_boot
 
-    layout = _layout(args) if args.evaluate else None
     plan = None
     if not args.evaluate:
-        from warmstart.plan import plan_boot
-
         plan = plan_boot(_settings(args), no_download_reason="`warmstart predict` downloads nothing", write=False)
-        layout = plan.layout
-    assert layout is not None
-    scan = scan_volume(layout)
-
-    def layers_of(report: dict) -> float | None:
-        model = report.get("model") or {}
-        if model.get("path") and (found := predict.config_layers(Path(model["path"]))) is not None:
-            return found
-        snapshot = layout.hub_cache / ("models--" + str(model.get("name", "")).replace("/", "--"))
-        return predict.config_layers(snapshot / "snapshots" / str(model.get("revision", "")))
-
-    samples = predict.samples_from_history(((k.name, b) for k in scan.keys for b in k.history), layers_of)
+    layout = _layout(args) if plan is None else plan.layout
+    samples = predict.volume_samples(layout)
     if args.evaluate:
         data = predict.evaluate(samples)
         keep = ("all", "cold", "warm", "baseline_mean_of_other_keys")
@@ -311,13 +298,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    print(f"key {data['key']} ({data['boots_used']} boot(s) of {data['keys_used']} key(s) fitted)")
-    for name in ("cold", "warm"):
-        got = data[name]
-        if got is None:
-            continue
-        phases = ", ".join(f"{p} {v:.1f}s" for p, v in got["phases"].items())
-        print(f"  {name}: ready in {got['ready_s']:.1f} s ({phases})")
+    print("\n".join(predict.text_lines(data)))
     return 0
 
 

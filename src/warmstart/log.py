@@ -11,6 +11,9 @@ A warning that is both kept (for the report) and logged is a `StageWarning`: its
 from __future__ import annotations
 
 import logging
+import os
+import time
+from pathlib import Path
 
 logger = logging.getLogger("warmstart")
 
@@ -54,3 +57,13 @@ class StageWarning(str):
 
     def log(self) -> None:
         logger.warning(line(self.stage, "%s"), str(self), stacklevel=2)
+
+
+def process_age() -> float:
+    """Seconds since this process was launched (interpreter start and imports included)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, in ticks since boot
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0

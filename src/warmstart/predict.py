@@ -20,9 +20,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .vllm.phases import PHASES
+
+if TYPE_CHECKING:
+    from .store.layout import VolumeLayout
 
 FEATURES = ("model_gb", "layers", "max_model_len", "max_num_seqs")
 PHASE_FEATURES: Mapping[str, tuple[str, ...]] = {
@@ -348,4 +351,30 @@ def prediction(
     out["crosses_init_timeout"] = any(
         out[n] is not None and out[n]["ready_s"] >= init_timeout_s for n in ("cold", "warm")
     )
+    return out
+
+
+def volume_samples(layout: VolumeLayout) -> list[Sample]:
+    """Every completed boot recorded on the volume, as samples; a model's layers read from its snapshot."""
+    from .store.scan import scan_volume
+
+    scan = scan_volume(layout)
+
+    def layers_of(report: dict) -> float | None:
+        model = report.get("model") or {}
+        if model.get("path") and (found := config_layers(Path(model["path"]))) is not None:
+            return found
+        snapshot = layout.hub_cache / ("models--" + str(model.get("name", "")).replace("/", "--"))
+        return config_layers(snapshot / "snapshots" / str(model.get("revision", "")))
+
+    return samples_from_history(((k.name, b) for k in scan.keys for b in k.history), layers_of)
+
+
+def text_lines(data: Mapping[str, Any]) -> list[str]:
+    """`warmstart predict`'s text: the key, then each of cold and warm with its phases."""
+    out = [f"key {data['key']} ({data['boots_used']} boot(s) of {data['keys_used']} key(s) fitted)"]
+    for name in ("cold", "warm"):
+        if (got := data[name]) is not None:
+            phases = ", ".join(f"{p} {v:.1f}s" for p, v in got["phases"].items())
+            out.append(f"  {name}: ready in {got['ready_s']:.1f} s ({phases})")
     return out

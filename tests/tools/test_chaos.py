@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from helpers.files import write
 from warmstart.store.publish import publish
 from warmstart.store.volume import StagedStore
 from warmstart_dev.chaos import bench_chaos, check_round
 
 
+@pytest.mark.fuse
 def test_a_few_rounds_of_chaos_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "chaos")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "chaos-secret")

@@ -73,7 +73,10 @@ def extra_args_problems(extra_args: tuple[str, ...], source: str = "VLLM_EXTRA_A
                 try:
                     int(value) if flag.kind == "int" else float(value)
                 except ValueError:
-                    problems.append(f"{source}: {occurrence.written} {value!r}: vLLM expects {flag.kind}")
+                    # A plain word is quoted; anything with structure may be a config meant for another flag
+                    # (`--watermark '{"key": N}'`), credentials included: not quoted.
+                    shown = repr(value) if re.fullmatch(r"[\w.+-]{1,40}", value) else "(its value)"
+                    problems.append(f"{source}: {occurrence.written} {shown}: vLLM expects {flag.kind}")
     return problems
 
 
