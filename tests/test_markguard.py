@@ -61,6 +61,11 @@ def test_unmarked_opens_a_browser():
 
 def test_unmarked_runs_plain_python():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_unmarked_runs_plain_python_with_the_harness_environment():
+    # `make test` sets WARMSTART_TEST_VLLM_PYTHON for the whole run: a child that inherits it starts no vLLM.
+    import os
+    subprocess.run([sys.executable, "-c", "pass"], env=dict(os.environ), check=True)
 """
 
 
@@ -121,3 +126,8 @@ def test_a_browser_needs_its_marker_and_plain_python_needs_none(outcomes):
     assert outcomes["test_unmarked_opens_a_browser"][0] == "FAILED"
     assert "without @pytest.mark.browser" in outcomes["test_unmarked_opens_a_browser"][1]
     assert outcomes["test_unmarked_runs_plain_python"][0] == "PASSED", outcomes
+
+
+def test_a_child_that_inherits_the_harness_variable_starts_no_vllm(outcomes):
+    """CI failed 82 tests when the guard read `make test`'s own WARMSTART_TEST_VLLM_PYTHON as a vLLM start."""
+    assert outcomes["test_unmarked_runs_plain_python_with_the_harness_environment"][0] == "PASSED", outcomes

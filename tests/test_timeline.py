@@ -15,7 +15,7 @@ import pytest
 
 from helpers.browser import bars, colour_count, dump_dom, screenshot
 from helpers.run import FIXTURES, WARMSTART
-from warmstart.timeline import phase_colours, render_timeline
+from warmstart.timeline import phase_colours, phase_order, render_timeline
 
 
 @pytest.mark.browser
@@ -86,3 +86,11 @@ def test_timeline_puts_cold_beside_warm_and_draws_new_phases(tmp_path):
     png = screenshot(page, tmp_path)
     hits, _ = colour_count(png, phase_colours(base)["compile"])
     assert hits > 2000
+
+
+def test_warmstarts_canary_is_drawn_after_api_ready_and_an_unknown_phase_before_it():
+    """The canary runs once vLLM serves and before the worker is ready (canaryboot.py): after api_ready.
+    Drawn before it (as an unknown vLLM phase), a real boot's bars disagreed with its record."""
+    boot = _boot("warm", 28.5, 3.0, {"startup_plan": 0.7, "canary": 0.3})
+    order = phase_order([boot])
+    assert order[order.index("api_ready") - 1 :] == ["startup_plan", "api_ready", "canary", "publish"]

@@ -125,6 +125,7 @@ def test_a_failed_engine_stops_the_prefetch(tmp_path, fake_vllm_python):
 
 
 @pytest.mark.vllm
+@pytest.mark.fuse
 def test_prefetch_runs_during_vllms_bootstrap_and_the_block_tells_the_truth(tmp_path, vllm_python):
     _model_on(tmp_path / "backing")
     # One stream at 0.5 MB/s: the 2.9 MB shard takes about 6 s, inside vLLM's bootstrap (20 s or more here).

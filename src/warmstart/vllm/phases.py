@@ -39,6 +39,7 @@ PHASES = (
     "cudagraph",
     "unlogged",
     "api_ready",
+    "canary",  # warmstart's own: its request replayed once vLLM serves, before the worker is ready
     "publish",
 )
 
