@@ -18,7 +18,7 @@ import pytest
 from helpers.run import REPO
 
 CASES = """
-import subprocess, sys
+import os, subprocess, sys
 from pathlib import Path
 import pytest
 from warmstart_dev.slowfs import mounted
@@ -64,7 +64,6 @@ def test_unmarked_runs_plain_python():
 
 def test_unmarked_runs_plain_python_with_the_harness_environment():
     # `make test` sets WARMSTART_TEST_VLLM_PYTHON for the whole run: a child that inherits it starts no vLLM.
-    import os
     subprocess.run([sys.executable, "-c", "pass"], env=dict(os.environ), check=True)
 """
 
