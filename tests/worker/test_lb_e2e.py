@@ -267,9 +267,12 @@ def test_zz_sigterm_turns_ping_off_at_once_and_leaves_no_vllm_behind(worker):
     # The test asks /ping itself before it reads the rest of the stream, so the 503 is seen while the stream
     # is still being served to it: the poller's first ping after the signal may come after the stream's end
     # (on an idle machine the 200 tokens came within 0.075 s of the signal).
+    # Each answer stamped when it came, as the poller stamps its own: a poller's ping sent before the signal
+    # may be answered 200 just after it, and stamped at its start ours would sort before that 200.
     own: list[tuple[float, int]] = []
     while not own or (own[-1][1] != 503 and own[-1][0] < 1.0):
-        own.append((time.monotonic() - worker.launched - sent, worker.ping(timeout=1)))
+        status = worker.ping(timeout=1)
+        own.append((time.monotonic() - worker.launched - sent, status))
     rest = list(stream)  # the stream in flight goes on
     drained = time.monotonic() - worker.launched - sent
     assert rest and rest[-1].choices[0].finish_reason == "length"
