@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import markguard
+from helpers import cxxcache, markguard
 from helpers.run import HELPERS, MODEL_ID, REPO, real_vllm_python
 from warmstart_dev.lbbench import standin_vllm_python
 from warmstart_dev.testmodel import TinyModel, write_test_model
@@ -47,6 +47,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     one worker idled for minutes while the other finished them."""
     boots = {item.path for item in items if "vllm_python" in getattr(item, "fixturenames", ())}
     items.sort(key=lambda item: item.path not in boots)  # stable: the order within a file is kept
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`CXX` for every process a test starts: one run's g++ cache, shared by the xdist workers
+    (tests/helpers/cxxcache.py says why it leaves every boot as cold as before)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    before = os.environ.get("CXX")
+    os.environ["CXX"] = cxxcache.install(shared / "cxx-cache")
+    yield
+    if before is None:
+        del os.environ["CXX"]
+    else:
+        os.environ["CXX"] = before
 
 
 @pytest.fixture(scope="session")

