@@ -50,11 +50,11 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check src tools tests handler
 	$(VENV)/bin/hadolint Dockerfile
 
-# Two test processes, a file each at a time (module fixtures boot vLLM once): one vLLM boot keeps
-# about half of a 2-core machine busy (imports and g++ run one at a time), so two files at once
-# took 21 min where one took 28.5 (CI's machine kind). TEST_WORKERS=0 runs them in one process.
-# The slowest twenty are printed at the end: docs/development.md keeps the budget (15 min) and the figure.
-TEST_WORKERS ?= 2
+# Three test processes on two cores, a file each at a time (module fixtures boot vLLM once), the longest
+# files first (tests/helpers/schedule.py): a vLLM boot keeps about one core busy and waits on itself
+# between its stages, so a third file keeps both cores fed (1,021 s where two workers took 1,272,
+# docs/development.md). TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 3
 test: install fuse chromium lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q -n $(TEST_WORKERS) \
 		--dist loadfile --durations=20

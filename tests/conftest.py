@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cxxcache, markguard
+from helpers import cxxcache, markguard, schedule
 from helpers.run import HELPERS, MODEL_ID, REPO, real_vllm_python
 from warmstart_dev.lbbench import standin_vllm_python
 from warmstart_dev.testmodel import TinyModel, write_test_model
@@ -39,14 +39,20 @@ def _marker_guard() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that boot real vLLM first, the rest after, each file's tests in their own order.
+    """Files that boot real vLLM first, the rest after, the longest first in each part (the measured
+    seconds of tests/helpers/schedule.py), each file's tests in their own order.
 
-    `make test` runs a file at a time on each of two workers (`--dist loadfile`), handing out files
-    in this order as workers free up: the long files first and the short ones last fill both
-    workers to the end, where in path order the real-vLLM files of worker/ and vllm/ came last and
-    one worker idled for minutes while the other finished them."""
+    `make test` runs a file at a time on each worker (`--dist loadfile`), handing out files in this
+    order as workers free up: the long files first and the short ones last fill every worker to the
+    end, where in path order the real-vLLM files of worker/ and vllm/ came last and one worker idled
+    for minutes while the other finished them."""
     boots = {item.path for item in items if "vllm_python" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: item.path not in boots)  # stable: the order within a file is kept
+    tests = Path(__file__).parent
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        return item.path not in boots, -schedule.weight(item.path.relative_to(tests).as_posix())
+
+    items.sort(key=order)  # stable: the order within a file is kept
 
 
 @pytest.fixture(scope="session", autouse=True)
