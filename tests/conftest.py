@@ -39,20 +39,21 @@ def _marker_guard() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that boot real vLLM first, the rest after, the longest first in each part (the measured
-    seconds of tests/helpers/schedule.py), each file's tests in their own order.
+    """Files that boot real vLLM first, longest first, each behind a short file; the rest after
+    (tests/helpers/schedule.py says why); each file's tests in their own order.
 
     `make test` runs a file at a time on each worker (`--dist loadfile`), handing out files in this
-    order as workers free up: the long files first and the short ones last fill every worker to the
-    end, where in path order the real-vLLM files of worker/ and vllm/ came last and one worker idled
-    for minutes while the other finished them."""
-    boots = {item.path for item in items if "vllm_python" in getattr(item, "fixturenames", ())}
+    order as workers free up: in path order the real-vLLM files of worker/ and vllm/ came last and
+    one worker idled for minutes while the others finished them."""
     tests = Path(__file__).parent
 
-    def order(item: pytest.Item) -> tuple[bool, int]:
-        return item.path not in boots, -schedule.weight(item.path.relative_to(tests).as_posix())
+    def name(item: pytest.Item) -> str:
+        return item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else str(item.path)
 
-    items.sort(key=order)  # stable: the order within a file is kept
+    files = list(dict.fromkeys(name(item) for item in items))
+    boots = {name(item) for item in items if "vllm_python" in getattr(item, "fixturenames", ())}
+    rank = {file: i for i, file in enumerate(schedule.file_order(files, boots))}
+    items.sort(key=lambda item: rank[name(item)])  # stable: the order within a file is kept
 
 
 @pytest.fixture(scope="session", autouse=True)

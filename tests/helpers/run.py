@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -102,14 +103,23 @@ def start_warmstart(args: list[str], env: dict[str, str]) -> subprocess.Popen[st
     return subprocess.Popen([WARMSTART, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def read_until(proc: subprocess.Popen[str], text: str, log: list[str]) -> str:
-    """Read proc's stderr into `log` until a line holds `text`; fail with the log's tail if it ends first."""
+def read_until(proc: subprocess.Popen[str], text: str, log: list[str], timeout: float = 600) -> str:
+    """Read proc's stderr into `log` until a line holds `text`; fail with the log's tail if it ends first.
+
+    A line that never comes would block the read for good (a run of `make test` hung 14 minutes on one):
+    after `timeout` s the process is killed, which ends its stderr and fails the test here."""
     assert proc.stderr is not None
-    for line in proc.stderr:
-        log.append(line)
-        if text in line:
-            return line
-    raise AssertionError(f"{text!r} never appeared; last lines:\n" + "".join(log[-30:]))
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        for line in proc.stderr:
+            log.append(line)
+            if text in line:
+                return line
+    finally:
+        watchdog.cancel()
+    raise AssertionError(f"{text!r} never appeared in {timeout} s; last lines:\n" + "".join(log[-30:]))
 
 
 def paused_env(env: dict[str, str], step: str, resume: Path) -> dict[str, str]:

@@ -1,13 +1,19 @@
-"""The order `make test` hands files to its workers: the longest first.
+"""The order `make test` hands files to its workers: the longest first, each behind a short one.
 
-`--dist loadfile` hands each worker a file at a time, in collection order, and keeps one more queued
-behind the one running. A long file handed out late is the suite's tail: in a run of `404bbe8` on three
-workers, tests/store/test_s3_model_vllm.py (88 s) was the last to start and ran alone for its last
-minutes. Longest first (the classic LPT rule) leaves short files for the end, where they fill in.
+`--dist loadfile` hands each worker a file at a time, in collection order. A worker runs a test only
+once it holds the one after it (pytest's `nextitem`), so the scheduler hands a worker its next file as
+soon as the last test of its current one starts: a file of one long test claims the next file at once,
+minutes before the worker can run it. In a run of `6268f85` (three workers, longest first), files were
+claimed that way behind the longest ones, and the canary's file ran alone at the end.
+
+So the files that boot vLLM go longest first (the classic LPT rule), each followed by one of the
+shortest files, and the rest after them, longest first. What a worker claims early is then a short
+file; the next long one is claimed only when that short one starts its last test, by whichever worker
+is free first.
 
 The seconds are each file's setup, call and teardown, summed from one full run's `--durations=0`
-(`404bbe8`, 3 workers, 1,483 passed in 1,021 s); files under 15 s keep collection order after these.
-They only order the run: a stale figure makes the run longer, never wrong."""
+(`404bbe8`, 3 workers, 1,483 passed in 1,021 s); files under 15 s count as 0. They only order the
+run: a stale figure makes the run longer, never wrong."""
 
 from __future__ import annotations
 
@@ -55,3 +61,13 @@ FILE_SECONDS = {
 def weight(relative_path: str) -> int:
     """A file's measured seconds (0 when unmeasured), by its path under tests/."""
     return FILE_SECONDS.get(relative_path, 0)
+
+
+def file_order(files: list[str], boots: set[str]) -> list[str]:
+    """The files (paths under tests/, in collection order) in the order to hand them out."""
+    longest = sorted((f for f in files if f in boots), key=weight, reverse=True)
+    others = sorted((f for f in files if f not in boots), key=weight)  # stable: collection order on ties
+    spacers, rest = others[: len(longest)], others[len(longest) :]
+    interleaved = [f for pair in zip(longest, spacers, strict=False) for f in pair]
+    interleaved += longest[len(spacers) :]
+    return interleaved + sorted(rest, key=weight, reverse=True)
