@@ -51,13 +51,14 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/hadolint Dockerfile
 
 # Three test processes on two cores, a file each at a time (module fixtures boot vLLM once), the longest
-# files first (tests/helpers/schedule.py): a vLLM boot keeps about one core busy and waits on itself
-# between its stages, so a third file keeps both cores fed (1,021 s where two workers took 1,272,
-# docs/development.md). TEST_WORKERS=0 runs them in one process.
+# files first, in the collection's order (tests/helpers/schedule.py; without `--no-loadscope-reorder`
+# xdist hands out the files with the most tests first): a vLLM boot keeps about one core busy and waits
+# on itself between its stages, so a third file keeps both cores fed (1,021 s where two workers took
+# 1,272, docs/development.md). TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 3
 test: install fuse chromium lint
 	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q -n $(TEST_WORKERS) \
-		--dist loadfile --durations=20
+		--dist loadfile --no-loadscope-reorder --durations=20
 
 # Every change: the suite less what needs vLLM, FUSE or a browser (<= 3 min on 2 cores). A test that uses
 # one of those without its marker fails, here and in `make test` (tests/helpers/markguard.py).

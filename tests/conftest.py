@@ -5,6 +5,7 @@ Helpers that tests import live in tests/helpers/ (on the path by pytest's `pytho
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def name(item: pytest.Item) -> str:
         return item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else str(item.path)
 
-    files = list(dict.fromkeys(name(item) for item in items))
+    files = Counter(name(item) for item in items)  # in collection order
     boots = {name(item) for item in items if "vllm_python" in getattr(item, "fixturenames", ())}
     rank = {file: i for i, file in enumerate(schedule.file_order(files, boots))}
     items.sort(key=lambda item: rank[name(item)])  # stable: the order within a file is kept

@@ -1,15 +1,16 @@
 """The order `make test` hands files to its workers: the longest first, each behind a short one.
 
-`--dist loadfile` hands each worker a file at a time, in collection order. A worker runs a test only
-once it holds the one after it (pytest's `nextitem`), so the scheduler hands a worker its next file as
-soon as the last test of its current one starts: a file of one long test claims the next file at once,
-minutes before the worker can run it. In a run of `6268f85` (three workers, longest first), files were
-claimed that way behind the longest ones, and the canary's file ran alone at the end.
+`--dist loadfile` hands each worker a file at a time, in collection order when xdist is told not to
+reorder (`--no-loadscope-reorder`; by default it hands out the files with the most tests first). It
+hands a worker its next file as soon as the worker holds two tests or fewer (xdist
+scheduler/loadscope.py `_reschedule`: `if self._pending_of(self.assigned_work[node]) > 2: return`), so
+a file of one long test claims the next file at once, minutes before the worker can run it. In a run
+of `6268f85` (three workers), the canary's file ran alone at the end.
 
 So the files that boot vLLM go longest first (the classic LPT rule), each followed by one of the
 shortest files, and the rest after them, longest first. What a worker claims early is then a short
-file; the next long one is claimed only when that short one starts its last test, by whichever worker
-is free first.
+file of three tests or more; the next long one is claimed only when that short one is down to its
+last two, by whichever worker gets there first.
 
 The seconds are each file's setup, call and teardown, summed from one full run's `--durations=0`
 (`404bbe8`, 3 workers, 1,483 passed in 1,021 s); files under 15 s count as 0. They only order the
@@ -63,10 +64,12 @@ def weight(relative_path: str) -> int:
     return FILE_SECONDS.get(relative_path, 0)
 
 
-def file_order(files: list[str], boots: set[str]) -> list[str]:
-    """The files (paths under tests/, in collection order) in the order to hand them out."""
+def file_order(files: dict[str, int], boots: set[str]) -> list[str]:
+    """The files (paths under tests/ and their test counts, in collection order) in the order to hand
+    them out."""
     longest = sorted((f for f in files if f in boots), key=weight, reverse=True)
-    others = sorted((f for f in files if f not in boots), key=weight)  # stable: collection order on ties
+    # A spacer holds a worker past xdist's "two or fewer" until the long file before it is done.
+    others = sorted((f for f in files if f not in boots), key=lambda f: (files[f] < 3, weight(f)))
     spacers, rest = others[: len(longest)], others[len(longest) :]
     interleaved = [f for pair in zip(longest, spacers, strict=False) for f in pair]
     interleaved += longest[len(spacers) :]
