@@ -43,9 +43,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files that boot real vLLM first, longest first, each behind a short file; the rest after
     (tests/helpers/schedule.py says why); each file's tests in their own order.
 
-    `make test` runs a file at a time on each worker (`--dist loadfile`), handing out files in this
-    order as workers free up: in path order the real-vLLM files of worker/ and vllm/ came last and
-    one worker idled for minutes while the others finished them."""
+    `make test` runs a file at a time on each worker (`--dist loadfile --no-loadscope-reorder`), handing
+    out files in this order as workers free up, so a long vLLM file never starts last while the other
+    workers idle."""
     tests = Path(__file__).parent
 
     def name(item: pytest.Item) -> str:
