@@ -62,9 +62,13 @@ test: install fuse chromium lint
 
 # Every change: the suite less what needs vLLM, FUSE or a browser (<= 3 min on 2 cores). A test that uses
 # one of those without its marker fails, here and in `make test` (tests/helpers/markguard.py).
+# Four workers that take tests from each other when idle (`--dist worksteal`): these tests wait on
+# subprocesses and sockets more than they compute, and a plain `-n 3` left workers idle behind one
+# that still held a batch of slow tests (168 s here where `-n 3 --dist load` took 286 s, 2026-12-06).
 FAST_MARKERS := not vllm and not fuse and not browser
+FAST_WORKERS ?= 4
 test-fast: $(VENV)/.installed lint
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) -m "$(FAST_MARKERS)" --durations=10
+	$(VENV)/bin/pytest -q -n $(FAST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)" --durations=10
 
 # The random-weight test model is written only under its own name: written under a real model's name
 # it would be served as that model.
