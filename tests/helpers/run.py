@@ -119,7 +119,9 @@ def read_until(proc: subprocess.Popen[str], text: str, log: list[str], timeout: 
                 return line
     finally:
         watchdog.cancel()
-    raise AssertionError(f"{text!r} never appeared in {timeout} s; last lines:\n" + "".join(log[-30:]))
+    raise AssertionError(
+        f"{text!r} never appeared (its stderr ended, or {timeout} s passed); last lines:\n" + "".join(log[-30:])
+    )
 
 
 def paused_env(env: dict[str, str], step: str, resume: Path) -> dict[str, str]:

@@ -4,8 +4,9 @@
 reorder (`--no-loadscope-reorder`; by default it hands out the files with the most tests first). It
 hands a worker its next file as soon as the worker holds two tests or fewer (xdist
 scheduler/loadscope.py `_reschedule`: `if self._pending_of(self.assigned_work[node]) > 2: return`), so
-a file of one long test claims the next file at once, minutes before the worker can run it. In a run
-of `6268f85` (three workers), the canary's file ran alone at the end.
+a file of one long test claims the next file at once, minutes before the worker can run it. In runs
+of `404bbe8` and `32fefe7` (three workers, xdist's reorder still on), one long vLLM file ran alone at
+the end (the S3 model's, then the canary's).
 
 So the files that boot vLLM go longest first (the classic LPT rule), each followed by one of the
 shortest files, and the rest after them, longest first. What a worker claims early is then a short
