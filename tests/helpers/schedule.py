@@ -9,7 +9,8 @@ of `404bbe8` and `32fefe7` (three workers, xdist's reorder still on), one long v
 the end (the S3 model's, then the canary's).
 
 So the files that boot vLLM go longest first (the classic LPT rule), each followed by a short file,
-one that mostly waits (`WAITING`) while there are such, and the rest after them, longest first. What a
+one that mostly waits (`WAITING`) while there are such, and the rest after them: the files that wait,
+then those that compute, each longest first. What a
 worker claims early is then a short file of three tests or more; the next long one is claimed only
 when that short one is down to its last two, by whichever worker gets there first.
 
@@ -59,7 +60,8 @@ FILE_SECONDS = {
 # Files that mostly wait (on sockets, deadlines, a throttled store, a child's signal): their CPU time was
 # under 0.4 of their wall time in a run of 2026-12-06 (tests/ run with a per-test rusage plugin, `c1a2fa8`).
 # They go out as the spacers, beside the other workers' vLLM boots, which then have the cores to
-# themselves; run at the end, three of them at once left the two cores idle (the run was 94 % busy).
+# themselves, and the rest of them before the files that compute: at the end of the run, they left
+# the two cores idle (94 % busy in all; two of under three tests ran last, alone, for 20 s).
 WAITING = {
     "worker/test_serve_signals.py",
     "store/test_s3_faults.py",
@@ -73,6 +75,8 @@ WAITING = {
     "store/test_store_faults.py",
     "store/test_siblings.py",
     "vllm/test_engine_faults.py",
+    "worker/test_front_pool.py",
+    "worker/test_upkeep_faults.py",
 }
 
 
@@ -90,4 +94,5 @@ def file_order(files: dict[str, int], boots: set[str]) -> list[str]:
     spacers, rest = others[: len(longest)], others[len(longest) :]
     interleaved = [f for pair in zip(longest, spacers, strict=False) for f in pair]
     interleaved += longest[len(spacers) :]
-    return interleaved + sorted(rest, key=weight, reverse=True)
+    # What waits goes before what computes, so that the last files keep both cores busy.
+    return interleaved + sorted(rest, key=lambda f: (f not in WAITING, -weight(f)))

@@ -10,6 +10,7 @@ and the rule can be revisited (it would still be prudent).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -32,6 +33,8 @@ print(json.dumps({"isa": str(pick_vec_isa()), "hit": counters["inductor"]["fxgra
 
 def run(python: str, cache: Path, capability: str) -> dict:
     env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "ATEN_CPU_CAPABILITY": capability, "PATH": "/usr/bin:/bin"}
+    if "CXX" in os.environ:  # the run's g++ cache (tests/helpers/cxxcache.py): the same objects, built once
+        env["CXX"] = os.environ["CXX"]
     done = subprocess.run([python, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
