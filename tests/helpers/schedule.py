@@ -10,9 +10,9 @@ the end (the S3 model's, then the canary's).
 
 So the files that boot vLLM go longest first (the classic LPT rule), each followed by a short file,
 one that mostly waits (`WAITING`) while there are such, and the rest after them: the files that wait,
-then those that compute, each longest first. What a
-worker claims early is then a short file of three tests or more; the next long one is claimed only
-when that short one is down to its last two, by whichever worker gets there first.
+then those that compute, each longest first. What a worker claims early is then a short file of three
+tests or more; the next long one is claimed only when that short one is down to its last two, by
+whichever worker gets there first.
 
 The seconds are each file's setup, call and teardown, summed from one full run (`c1a2fa8`, 3 workers,
 1,483 passed in 932 s, with a per-test rusage plugin), the three files that now share the run's cold
