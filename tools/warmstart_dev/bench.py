@@ -259,6 +259,15 @@ def main(args: argparse.Namespace) -> int:
             chunk_interval_ms=args.chunk_interval_ms,
             front_core=args.front_core,
         )
+    elif args.bench == "hostile":
+        from .hostilebench import BODY_BYTES, bench_hostile
+
+        result = bench_hostile(
+            Path(args.workdir).resolve(),
+            senders=tuple(int(n) for n in args.senders.split(",")),
+            interval_ms=args.interval_ms,
+            body_bytes=args.body_kib * 1024 if args.body_kib else BODY_BYTES,
+        )
     elif args.bench == "rehearsal":
         from .rehearsalbench import bench_rehearsal, summary
 

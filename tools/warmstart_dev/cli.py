@@ -149,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the wrapper (the front) on a core of its own, the client and the engine on the others",
     )
+    b = bench_sub.add_parser("hostile", help="/ping on the load-balancing worker while costly bodies are checked")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--workdir", default=".bench/hostile")
+    b.add_argument("--senders", default="1,6", help="bodies sent at once, a phase each (default 1,6)")
+    b.add_argument("--interval-ms", type=float, default=5.0, help="between the pinger's requests (default 5)")
+    b.add_argument("--body-kib", type=int, help="each body's size (default: just under the front's 20 MiB limit)")
     b = bench_sub.add_parser(
         "rehearsal", help="the wrapper's own cost on a GPU-shaped boot: a real GPU log and cache tree replayed"
     )

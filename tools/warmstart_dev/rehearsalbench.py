@@ -370,6 +370,7 @@ def run_one(
         "peak_rss_mb": round(sampler.hwm_kb / 1024, 1),
         "phases": report.get("phases") or {},
         "files_added": sum(int(c.get("files_added") or 0) for c in (report.get("caches") or {}).values()),
+        "rank_dirs": len((report.get("ranks") or {}).get("dirs") or []),  # the report's per-rank block
     }
 
 
@@ -495,6 +496,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "publish_s",
         "sequential_read_s",
         "peak_rss_mb",
+        "rank_dirs",
     )
     rows = {}
     for r in result["runs"]:

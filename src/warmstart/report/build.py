@@ -30,6 +30,7 @@ from ..vllm.phases import compute_phases, phase_details
 from .miss import miss_reason
 from .model import BootReport, CacheLayer, Expectation
 from .observation import BootObservation
+from .ranks import ranks_block
 from .seeded import seeded_block, seeded_caches, seeded_verdict
 from .staged import publish_seconds, restore_seconds, staged_layer_counts, staged_summary
 from .statuses import decide_verdict, layer_statuses
@@ -168,4 +169,5 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         weights=weights,
         cudagraphs=capture_summary(obs.evidence),
         log_reader=obs.log_reader,
+        ranks=ranks_block(obs.evidence, obs.before.get("vllm_compile"), obs.after.get("vllm_compile")),
     )

@@ -13,6 +13,7 @@ from ..vllm.logread import compiled_while_serving, log_warnings
 from ..vllm.phases import LogEvidence, compute_phases, earliest, phase_details
 from ..vllm.releases import release_note
 from .model import BootReport, CacheLayer
+from .ranks import ranks_block
 from .statuses import decide_verdict, flashinfer_autotune_status, startup_plan_status, vllm_compile_status
 
 
@@ -51,4 +52,5 @@ def report_from_log(lines: Iterable[str], year: int | None = None) -> BootReport
         compiled_while_serving=jit_count,
         compiled_kernels=tuple(jit_kernels),
         cudagraphs=capture_summary(ev),
+        ranks=ranks_block(ev),
     )

@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 
 from .. import log
 from ..vllm.silences import describe
+from .ranks import ranks_lines
 from .weights import describe as weights_line
 
 LayerStatus = Literal["hit", "miss", "load_failed", "unused", "unknown"]  # unknown: lines present no table reads
@@ -74,6 +75,7 @@ class BootReport:
     # engine/logpipe.py: vLLM's lines read, handled and dropped by the boot's log reader, and its lag (ms)
     log_reader: Mapping[str, Any] | None = None
     canary: Mapping[str, Any] | None = None  # canary.CanaryOutcome.to_dict: recorded, compared, what was done
+    ranks: Mapping[str, Any] | None = None  # report/ranks.py: each worker's compile, each rank directory's files
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -111,6 +113,7 @@ class BootReport:
             out.append(log.line("weights", f"{weights_line(self.weights)}"))
         if self.cudagraphs is not None:
             out.append(log.line("graphs", f"{self.cudagraphs['detail']}"))
+        out += [log.line("ranks", text) for text in ranks_lines(self.ranks)]
         if self.log_reader is not None and (self.log_reader.get("dropped") or self.log_reader.get("failed")):
             reader = self.log_reader
             out.append(

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .logformats import ALL_MARKERS, HINTS, MATCH_CAP, MarkerSpec
+from .processes import worker_process
 from .silences import Interval, silences, subtract
 
 PHASES = (
@@ -104,6 +105,7 @@ class Marker:
     name: str
     t: float | None
     groups: tuple[str, ...]
+    process: str | None = None  # the worker that wrote it (`Worker_TP3`), where vLLM named one (processes.py)
 
     def num(self, index: int = 0) -> float | None:
         try:
@@ -160,7 +162,8 @@ class LogEvidence:
 
     def feed(self, line: str, t: float | None, *, stamped: bool = True) -> list[Marker]:
         # A tqdm bar arrives as one line of "\r"-separated refreshes (capture bars: logformats.CAPTURE_BARS).
-        new = [Marker(n, t, groups) for part in line.split("\r") for n, groups in match_markers(part, self.specs)]
+        found = [(n, groups) for part in line.split("\r") for n, groups in match_markers(part, self.specs)]
+        new = [Marker(n, t, groups, worker_process(line)) for n, groups in found] if found else []
         if len(self.markers) < MAX_MARKERS:
             self.markers.extend(new)
         else:
