@@ -7,6 +7,13 @@ slowest rank is. One rank whose directory was not restored compiles for minutes 
 and the boot's single compile status, read from the first lines that speak, can hide it. So where a log
 holds two workers or more (vllm/processes.py names them) each gets an entry, and where the compile cache
 holds two rank directories or more, each gets its counts.
+
+What each rank says for itself (vLLM 0.32 and 0.33): its compile lines ("Using cache directory", "Directly
+load the compiled graph(s)", "Compiling a graph for compile range", "torch.compile took": plain
+`logger.info` in compilation/backends.py and monitor.py). The weights' and capture lines are per rank in
+0.33's V2 runner (v1/worker/gpu/model_runner.py, `logger.info`) but printed once in the V1 runner and the
+loader (`logger.info_once`, whose scope "local" prints on the first local rank only, logger.py): a figure
+a rank did not state is None, never copied from another rank.
 """
 
 from __future__ import annotations
