@@ -59,6 +59,9 @@ class Recorder(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         data = b'{"ok": true}'
+        if body.startswith(b'{"answer_bytes": '):  # an answer of that many bytes (embeddings of a big batch)
+            size = int(json.loads(body)["answer_bytes"])
+            data = b'{"data": "' + bytes(48 + i % 10 for i in range(size - 12)) + b'"}'
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -406,6 +409,54 @@ def test_a_half_sent_head_or_body_is_closed_at_its_deadline(lone_front):
         assert conn.getresponse().read() is not None
         time.sleep(0.7)
     conn.close()
+
+
+def test_a_large_plain_answer_is_relayed_whole_with_its_length(front):
+    """An answer over 1 MiB (front.WHOLE_ANSWER_BYTES) is relayed chunk by chunk rather than read whole and
+    written in one step of the loop, with vLLM's Content-Length kept (not re-sent chunked); a smaller one is
+    read whole. Both arrive byte for byte."""
+    port, _ = front
+    for size in (3 << 20, 1000):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/v1/embeddings", body=json.dumps({"answer_bytes": size}))
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        assert response.status == 200 and len(data) == size and json.loads(data)["data"][:3] == "012"
+        assert response.getheader("content-length") == str(size) and response.getheader("transfer-encoding") is None
+
+
+def test_a_costly_body_reaches_its_checker_as_a_file_that_never_stays_behind(tmp_path, monkeypatch):
+    """A costly body goes to its checker process as a file written on a thread (jsoncheck.spill): handed to
+    the pool, it was pickled while holding the GIL, and /ping waited 15 ms per 20 MiB of fresh memory
+    (`warmstart-dev bench hostile`: max 48-84 ms before, 15-30 ms after). Checked, refused, or never run
+    (the pool broke while it waited), the body's file is gone afterwards."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from warmstart.worker import jsoncheck
+
+    monkeypatch.setattr(jsoncheck, "SPILL_DIR", str(tmp_path))
+    checker = jsoncheck.BodyChecker()
+    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
+    try:
+        assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
+        assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
+    finally:
+        checker.close()
+    assert list(tmp_path.iterdir()) == []
+    spilled: list[str] = []
+
+    def broken(check: object, path: str) -> Future[str | None]:
+        spilled.append(path)
+        future: Future[str | None] = Future()
+        future.set_exception(BrokenProcessPool("a checker was killed"))
+        return future
+
+    monkeypatch.setattr(checker, "_submit", broken)
+    with pytest.raises(jsoncheck.Busy):
+        asyncio.run(checker.problem(big))
+    assert len(spilled) == 1 and spilled[0].startswith(str(tmp_path)) and list(tmp_path.iterdir()) == []
 
 
 def test_where_no_checker_process_can_start_a_costly_body_is_checked_on_the_loop(monkeypatch, caplog):

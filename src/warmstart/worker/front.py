@@ -83,6 +83,9 @@ BODY_TIMEOUT_S = 300.0  # 20 MiB at about 0.5 Mbit/s
 BODY_IDLE_S = 30.0  # no byte of the body for this long
 IDLE_CONNECTION_S = 75.0  # a connection that sends nothing (aiohttp's own default is an hour)
 # Headers a client's request may carry to vLLM. X-Request-Id: vLLM's --enable-request-id-headers.
+# A plain answer up to this size is read whole and written at once; a larger one (embeddings of a big batch)
+# is relayed chunk by chunk, as a stream is, so that no single step of the loop copies megabytes.
+WHOLE_ANSWER_BYTES = 1 << 20
 FORWARDED = ("Content-Type", "Accept", "Accept-Encoding", "X-Request-Id")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those aiohttp sets for the answer itself.
 NOT_RELAYED = frozenset(
@@ -303,11 +306,13 @@ class Front:
         whole = False  # vLLM's answer was read to its end
         try:
             relayed = {k: v for k, v in upstream.headers.items() if k.lower() not in NOT_RELAYED}
-            if upstream.content_length is not None:  # a plain body: one read, one write
-                body = await upstream.read()
+            if upstream.content_length is not None and upstream.content_length <= WHOLE_ANSWER_BYTES:
+                body = await upstream.read()  # a plain body: one read, one write
                 whole = True
                 return web.Response(status=upstream.status, body=body, headers=relayed)
             answer = web.StreamResponse(status=upstream.status, headers=relayed)
+            if upstream.content_length is not None:  # a large plain body, relayed as it comes, not chunked
+                answer.content_length = upstream.content_length
             await answer.prepare(request)
             async for received in upstream.content.iter_any():  # each chunk as it arrives
                 await answer.write(received)

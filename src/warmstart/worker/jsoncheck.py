@@ -8,17 +8,23 @@ values, not with the bytes: a body with few structural characters (`[{,:`, count
 `bytes.count`, which runs at memory speed) is parsed on the loop, within a few milliseconds even on a
 loaded machine; any other body is parsed in a separate process (a small pool, spawned, bounded),
 and the front waits for its verdict without blocking. Only the verdict comes back (a refusal or
-None), never the parsed value: the body is forwarded as it came.
+None), never the parsed value: the body is forwarded as it came. The body reaches its checker as a file
+written on a thread (`spill`): pickled into the pool, it held the GIL, and so `/ping`, for 15 ms per
+20 MiB of fresh memory (`warmstart-dev bench hostile`, docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from .. import log
 from .routes import MAX_DEPTH, too_deep, too_deep_message
@@ -30,6 +36,8 @@ from .routes import MAX_DEPTH, too_deep, too_deep_message
 # stay on the loop.
 INLINE_BYTES = 256 * 1024
 INLINE_VALUES = 16384
+# Where a costly body waits for its checker: memory where /dev/shm is (a container has it), else the temp folder.
+SPILL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 CHECKERS = 2  # processes parsing costly bodies at once (each may take ~1 GiB for a hostile 20 MiB body)
 WAITING = 8  # costly bodies waiting for a checker beyond those; more are refused with 503 (retry)
 
@@ -57,6 +65,33 @@ def json_problem(body: bytes) -> str | None:
     if type(value) in (dict, list) and too_deep(value, MAX_DEPTH):
         return too_deep_message()
     return None
+
+
+def json_problem_in(path: str) -> str | None:
+    """`json_problem` of the body spilled to `path` (removed once read): what a checker process runs."""
+    try:
+        with open(path, "rb") as handle:
+            body = handle.read()
+    finally:
+        os.unlink(path)
+    return json_problem(body)
+
+
+def spill(body: bytes) -> str:
+    """Write `body` to a file of its own (in memory where /dev/shm is) for a checker to read; its path. Run on
+    a thread: the write lets go of the GIL, where handing the bytes to the pool would pickle them while
+    holding it (15 ms for 20 MiB of fresh memory here, with /ping waiting)."""
+    fd, path = tempfile.mkstemp(prefix="warmstart-body-", dir=SPILL_DIR)
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+    return path
 
 
 def cheap(body: bytes) -> bool:
@@ -94,19 +129,35 @@ class BodyChecker:
             raise Busy(f"{self.pending} large request bodies are being checked; retry")
         self.pending += 1
         try:
+            path = None
             try:
-                future = self._executor().submit(json_problem, body)
-            except (RuntimeError, OSError) as exc:  # no process can be started here: check on the loop
-                if not self.warned:
-                    self.warned = True
-                    log.warning("front", "large request bodies are checked on the event loop: %s", str(exc)[:200])
-                return json_problem(body)
-            return await asyncio.wrap_future(future)
+                path = await asyncio.to_thread(spill, body)
+            except OSError:  # no room for the file: the body goes to the checker as it is (pickled)
+                future = self._submit(json_problem, body)
+            else:
+                future = self._submit(json_problem_in, path)
+            try:
+                if future is None:  # no process can be started here: check on the loop
+                    return json_problem(body)
+                return await asyncio.wrap_future(future)
+            finally:
+                if path is not None:  # a check that never ran (cancelled, a killed checker) leaves its file
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
         except BrokenProcessPool:  # a checker was killed (out of memory, most likely): a fresh pool next time
             self.close()
             raise Busy("the request body's check was interrupted; retry") from None
         finally:
             self.pending -= 1
+
+    def _submit(self, check: Callable[[Any], str | None], argument: Any) -> Future[str | None] | None:
+        try:
+            return self._executor().submit(check, argument)
+        except (RuntimeError, OSError) as exc:
+            if not self.warned:
+                self.warned = True
+                log.warning("front", "large request bodies are checked on the event loop: %s", str(exc)[:200])
+            return None
 
     def close(self) -> None:
         if self._pool is not None:
