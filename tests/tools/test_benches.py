@@ -106,12 +106,13 @@ def test_latency_figures_take_the_median_the_99th_percentile_and_the_worst():
 
 
 def test_rehearsal_lag_pairs_each_handled_line_with_its_own_write():
-    """Lines of the same bytes are paired in order; a line never handled is counted, not paired."""
-    written = [(1_000_000, 7, 10), (2_000_000, 7, 10), (3_000_000, 8, 4)]
-    handled = [(1_500_000, 7, 10), (4_000_000, 7, 10)]
+    """Lines of the same head are paired in order; a line never handled is counted, not paired. A 1 MB line is
+    handled by its first 128 KiB (logformats.MATCH_CAP): paired by its head's crc, whatever the lengths."""
+    written = [(1_000_000, 7, 10), (2_000_000, 7, 10), (3_000_000, 8, 4), (5_000_000, 9, 1 << 20)]
+    handled = [(1_500_000, 7, 10), (4_000_000, 7, 10), (5_250_000, 9, 1 << 17)]
     lags, unhandled = lags_ms(written, handled)
-    assert lags == [0.5, 2.0] and unhandled == 1
-    assert percentiles(lags) == {"p50": 2.0, "p99": 2.0, "max": 2.0, "lines": 2}
+    assert lags == [0.5, 2.0, 0.25] and unhandled == 1
+    assert percentiles(lags) == {"p50": 0.5, "p99": 2.0, "max": 2.0, "lines": 3}
     assert percentiles([])["max"] is None
 
 

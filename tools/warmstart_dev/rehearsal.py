@@ -50,8 +50,10 @@ No listing gave a whole cache's file count; the counts per kind (RANK_KERNELS an
 order of magnitude, and `scale` multiplies them.
 
 Each line it writes is stamped, just before the write, with CLOCK_MONOTONIC (system-wide) in `stamps`
-(a TSV: nanoseconds, crc32 of the line's UTF-8, length, and `ready` on the replayed ready line), so a bench
-can set the wrapper's handling time of the same line against it.
+(a TSV: nanoseconds, crc32 of the first PAIR_BYTES of the line's UTF-8, its length, and `ready` on the
+replayed ready line), so a bench can set the wrapper's handling time of the same line against it. The
+wrapper reads a line by its first 128 KiB (logformats.MATCH_CAP) and echoes the rest: a line is known by
+its head, so that a 1 MB line is paired with its handling too.
 
     python -m warmstart_dev.rehearsal --help    (as vLLM it is started by the wrapper: serve_as_vllm)
 """
@@ -92,6 +94,7 @@ TRITON_FILES = (
 AOT_MODEL = (8 << 20, 40 << 20)  # one serialized compiled forward per rank
 READY = re.compile(r"Application startup complete|Starting vLLM (?:API )?server on")
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
+PAIR_BYTES = 4096  # a line's stamp is known by a crc32 of this much of its head (the bench's pairing)
 DEFAULT_COLD = str(FIXTURES / "gpu-0.33-aot-cold.log")
 DEFAULT_WARM = str(FIXTURES / "gpu-0.33-aot-warm.log")
 
@@ -292,7 +295,7 @@ class Replay:
         data = text.encode()
         if self.stamps is not None:
             self.stamps.write(
-                f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)}\t{zlib.crc32(data)}\t{len(data)}\t"
+                f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)}\t{zlib.crc32(data[:PAIR_BYTES])}\t{len(data)}\t"
                 f"{'ready' if ready else ''}\n"
             )
         sys.stdout.buffer.write(data + b"\n")

@@ -49,7 +49,7 @@ from typing import Any
 
 from warmstart.engine.process import free_port
 
-from .rehearsal import DEFAULT_COLD, DEFAULT_WARM, fake_nvidia_smi, plan_tree, rehearsal_vllm_python
+from .rehearsal import DEFAULT_COLD, DEFAULT_WARM, PAIR_BYTES, fake_nvidia_smi, plan_tree, rehearsal_vllm_python
 
 BUDGET_LAG_P99_MS = 20.0
 BUDGET_LAG_MAX_MS = 200.0
@@ -93,7 +93,7 @@ def install_probe(path: str) -> None:
     def probed_on_line(self: Boot, line: Any) -> None:
         on_line(self, line)
         data = line.text.encode()
-        out.write(f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)}\t{zlib.crc32(data)}\t{len(data)}\n")
+        out.write(f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)}\t{zlib.crc32(data[:PAIR_BYTES])}\t{len(data)}\n")
 
     def probed_wait_ready(self: Boot) -> float:
         result = wait_ready(self)
@@ -142,13 +142,14 @@ def read_probe(path: Path) -> tuple[list[tuple[int, int, int]], int | None]:
 def lags_ms(
     written: Sequence[tuple[int, int, int]], handled: Sequence[tuple[int, int, int]]
 ) -> tuple[list[float], int]:
-    """Each handled line against the earliest unmatched write of the same bytes; (lags, lines never handled)."""
-    pending: dict[tuple[int, int], deque[int]] = defaultdict(deque)
-    for ns, crc, length in written:
-        pending[(crc, length)].append(ns)
+    """Each handled line against the earliest unmatched write of the same head (the crc of its first PAIR_BYTES:
+    the wrapper reads a long line by its head, so the lengths differ); (lags, lines never handled)."""
+    pending: dict[int, deque[int]] = defaultdict(deque)
+    for ns, crc, _length in written:
+        pending[crc].append(ns)
     lags = []
-    for ns, crc, length in handled:
-        queue = pending.get((crc, length))
+    for ns, crc, _length in handled:
+        queue = pending.get(crc)
         if queue:
             lags.append((ns - queue.popleft()) / 1e6)
     return lags, sum(len(q) for q in pending.values())
