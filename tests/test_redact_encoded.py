@@ -14,6 +14,9 @@ import socket
 import threading
 import urllib.parse
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from helpers.run import base_env, run_warmstart
 from warmstart.redact import Redactor
 from warmstart.secrets import MASK
@@ -96,3 +99,40 @@ def test_the_hub_line_of_a_mirror_with_credentials_masks_them(tmp_path, volume, 
     assert f"the Hub at http://mirror-user:{MASK}@127.0.0.1:{port} sent nothing" in line
     for form in [TOKEN, *forms_of(TOKEN)]:
         assert form not in result.stderr + result.stdout
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=6, max_size=40),
+    before=st.binary(max_size=7),
+    after=st.binary(max_size=7),
+    url_safe=st.booleans(),
+    padded=st.booleans(),
+)
+def test_base64_that_holds_a_secret_at_any_offset_is_masked(secret, before, after, url_safe, padded):
+    """Whatever bytes come before and after it (so at every offset in base64's 3-byte groups), in either
+    alphabet, with or without padding, a secret inside base64 text is masked: the cores that gate decoding
+    (secrets.base64_cores) are in every such run."""
+    encode = base64.urlsafe_b64encode if url_safe else base64.b64encode
+    run = encode(before + secret.encode() + after).decode()
+    run = run if padded else run.rstrip("=")
+    masked = Redactor([secret]).text(f"header: Basic {run} next")
+    assert run not in masked and secret not in masked
+
+
+def test_a_1_mb_config_line_decodes_no_run_that_cannot_hold_a_secret(monkeypatch):
+    """A long config line is mostly short words of base64's alphabet (`'opt_12': True`). Each was decoded to
+    look for a secret: 0.5-0.7 s for a 1 MB line with HF_TOKEN set, on the thread that drains vLLM's pipe
+    (`bench rehearsal --long-line 1048576`, issue 37). Now a run is decoded only where the text holds a core
+    of a secret's base64, and one that holds the secret's base64 is still masked in the same line."""
+    from warmstart import redact
+    from warmstart_dev.rehearsal import grown
+
+    calls: list[str] = []
+    decode = redact.decodes_to_secret
+    monkeypatch.setattr(redact, "decodes_to_secret", lambda run, secrets: calls.append(run) or decode(run, secrets))
+    line = grown("(EngineCore pid=1) INFO 12-01 10:00:18 [core.py:140] Initializing a V1 LLM engine", 1 << 20)
+    redactor = Redactor.from_env({"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz012345", "VLLM_API_KEY": "sekret7"})
+    assert redactor.text(line) == line and calls == []
+    basic = base64.b64encode(b"user:sekret7").decode()
+    assert basic not in redactor.text(line + f" Authorization: Basic {basic}") and calls == [basic]

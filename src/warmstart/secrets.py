@@ -180,8 +180,31 @@ MIN_MASKED_ANYWHERE = 6
 # its end, quadratic in a line's length (issue 37: the reader thread redacts every vLLM line).
 URL_PASSWORD = re.compile(r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#@]+@")
 
-# A run of base64 characters long enough to hold an encoded secret (Basic auth: user:secret).
-BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
+BASE64_RUN_MIN = 8
+
+
+def base64_runs(shortest_secret: int) -> re.Pattern[str]:
+    """Runs of base64 characters long enough to hold an encoded secret (Basic auth: user:secret). Base64
+    of n bytes is at least 4n/3 characters, wherever in the encoded value they start, so a run shorter than
+    that (less 2, to spare) cannot hold the shortest secret and is never decoded: every 8-character word
+    of a 1 MB config line was decoded before, 0.4-0.6 s a line on the thread that drains vLLM's pipe."""
+    least = max(BASE64_RUN_MIN, 4 * shortest_secret // 3 - 2)
+    return re.compile("[A-Za-z0-9+/_-]{" + str(least) + ",}={0,2}")
+
+
+def base64_cores(secret: str) -> set[str]:
+    """What base64 text that decodes to bytes holding `secret` contains, in the standard alphabet: for each of
+    the three offsets the secret can start at within a 3-byte group, the characters made of its bits alone.
+    A text with none of them (once `-` and `_` are dropped, as a standard decode drops them, or read as `+`
+    and `/`, as a URL-safe decode reads them) holds no base64 run worth decoding."""
+    from base64 import b64encode
+
+    data = secret.encode()
+    cores = set()
+    for offset in range(3):
+        encoded = b64encode(b"\0" * offset + data).decode()
+        cores.add(encoded[-(-8 * offset // 6) : 8 * (offset + len(data)) // 6])
+    return cores
 
 
 def encoded_forms(secret: str) -> set[str]:
