@@ -46,6 +46,8 @@ from .logpipe import LineHandoff, LogLine, pieces, tail_entry
 __all__ = ["EngineProcess", "LogLine"]
 
 LOOPBACK = "127.0.0.1"
+# Read vLLM's pipe 64 KiB at a time (the pipe's own size), not io's default 8 KiB: a 1 MB line is 16 reads.
+PIPE_READ_BYTES = 1 << 16
 
 
 def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
@@ -318,6 +320,7 @@ class EngineProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            bufsize=PIPE_READ_BYTES,
             start_new_session=True,
             preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None,
         )
