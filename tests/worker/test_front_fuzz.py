@@ -459,6 +459,25 @@ def test_a_costly_body_reaches_its_checker_as_a_file_that_never_stays_behind(tmp
     assert len(spilled) == 1 and spilled[0].startswith(str(tmp_path)) and list(tmp_path.iterdir()) == []
 
 
+def test_a_body_that_cannot_be_spilled_goes_to_its_checker_pickled(tmp_path, monkeypatch):
+    """Where the spill folder cannot take the body (Docker's default /dev/shm is 64 MiB; here a folder that is
+    not there), the body goes to its checker as it is, pickled into the pool: checked all the same."""
+    from warmstart.worker import jsoncheck
+
+    monkeypatch.setattr(jsoncheck, "SPILL_DIR", str(tmp_path / "missing"))
+    checker = jsoncheck.BodyChecker()
+    submitted: list[str] = []
+    submit = checker._submit
+    monkeypatch.setattr(checker, "_submit", lambda check, arg: submitted.append(check.__name__) or submit(check, arg))
+    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
+    try:
+        assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
+        assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
+    finally:
+        checker.close()
+    assert submitted == ["json_problem", "json_problem"] and list(tmp_path.iterdir()) == []
+
+
 def test_where_no_checker_process_can_start_a_costly_body_is_checked_on_the_loop(monkeypatch, caplog):
     """A process that cannot start a checker (spawn from an unguarded main module, no fork allowed)
     still answers every request: the check runs on the loop, said once in the log."""
