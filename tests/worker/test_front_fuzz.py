@@ -426,6 +426,19 @@ def test_a_large_plain_answer_is_relayed_whole_with_its_length(front):
         assert response.getheader("content-length") == str(size) and response.getheader("transfer-encoding") is None
 
 
+COSTLY_NAN = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"  # past the inline limit: a checker parses it
+
+
+def checks_a_costly_body(checker: Any) -> None:
+    """Through whatever path `checker` takes, a costly body with NaN is refused and the same body without it
+    passes; the checker is closed after."""
+    try:
+        assert "JSON does not allow" in (asyncio.run(checker.problem(COSTLY_NAN)) or "")
+        assert asyncio.run(checker.problem(COSTLY_NAN.replace(b"NaN", b"2"))) is None
+    finally:
+        checker.close()
+
+
 def test_a_costly_body_reaches_its_checker_as_a_file_that_never_stays_behind(tmp_path, monkeypatch):
     """A costly body goes to its checker process as a file written on a thread (jsoncheck.spill): handed to
     the pool, it was pickled while holding the GIL, and /ping waited 15 ms per 20 MiB of fresh memory
@@ -438,12 +451,7 @@ def test_a_costly_body_reaches_its_checker_as_a_file_that_never_stays_behind(tmp
 
     monkeypatch.setattr(jsoncheck, "SPILL_DIR", str(tmp_path))
     checker = jsoncheck.BodyChecker()
-    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
-    try:
-        assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
-        assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
-    finally:
-        checker.close()
+    checks_a_costly_body(checker)
     assert list(tmp_path.iterdir()) == []
     spilled: list[str] = []
 
@@ -455,7 +463,7 @@ def test_a_costly_body_reaches_its_checker_as_a_file_that_never_stays_behind(tmp
 
     monkeypatch.setattr(checker, "_submit", broken)
     with pytest.raises(jsoncheck.Busy):
-        asyncio.run(checker.problem(big))
+        asyncio.run(checker.problem(COSTLY_NAN))
     assert len(spilled) == 1 and spilled[0].startswith(str(tmp_path)) and list(tmp_path.iterdir()) == []
 
 
@@ -469,12 +477,7 @@ def test_a_body_that_cannot_be_spilled_goes_to_its_checker_pickled(tmp_path, mon
     submitted: list[str] = []
     submit = checker._submit
     monkeypatch.setattr(checker, "_submit", lambda check, arg: submitted.append(check.__name__) or submit(check, arg))
-    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
-    try:
-        assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
-        assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
-    finally:
-        checker.close()
+    checks_a_costly_body(checker)
     assert submitted == ["json_problem", "json_problem"] and list(tmp_path.iterdir()) == []
 
 
@@ -489,7 +492,5 @@ def test_where_no_checker_process_can_start_a_costly_body_is_checked_on_the_loop
         raise RuntimeError("An attempt has been made to start a new process before bootstrapping")
 
     monkeypatch.setattr(checker, "_executor", refuse)
-    big = b'{"prompt": [' + b"1," * 100_000 + b"NaN]}"
-    assert "JSON does not allow" in (asyncio.run(checker.problem(big)) or "")
-    assert asyncio.run(checker.problem(big.replace(b"NaN", b"2"))) is None
+    checks_a_costly_body(checker)
     assert sum("checked on the event loop" in r.getMessage() for r in caplog.records) == 1

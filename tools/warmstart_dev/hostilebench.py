@@ -27,7 +27,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,9 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from warmstart.engine.process import free_port
-
-from .lbbench import cpu_seconds, scripted_vllm_python
+from .lbbench import cpu_seconds, lb_worker_env, scripted_vllm_python, start_lb_worker, wait_lb_serving
 
 GOAL_PING_MAX_MS = 50.0
 DEPTH = 60  # under the front's MAX_DEPTH (64): a legal body
@@ -145,34 +142,13 @@ def bench_hostile(
 ) -> dict[str, Any]:
     """The module's docstring: an idle phase, then one phase per count in `senders`, each body at most
     `body_bytes`."""
-    from .testmodel import write_test_model
-
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    volume = workdir / "volume"
-    model = write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
-    port = free_port()
-    env = {
-        **os.environ,
-        "MODEL_NAME": model.repo_id,
-        "RUNPOD_VOLUME_PATH": str(volume),
-        "WARMSTART_LOCAL_CACHE": str(workdir / "local"),
-        "WARMSTART_ENDPOINT_TYPE": "load_balancer",
-        "WARMSTART_HTTP_HOST": "127.0.0.1",
-        "PORT": str(port),
-        "WARMSTART_VLLM_PYTHON": scripted_vllm_python(workdir / "scripted-vllm", []),
-    }
+    _, port, env = lb_worker_env(workdir)
+    env["WARMSTART_VLLM_PYTHON"] = scripted_vllm_python(workdir / "scripted-vllm", [])
     body = nested_body(body_bytes)
     log_path = workdir / "worker.log"
-    with open(log_path, "wb") as log:
-        argv = [str(Path(sys.executable).parent / "warmstart"), "serve"]
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start_lb_worker(env, log_path)
     try:
-        deadline = time.monotonic() + 300
-        while "serving vLLM's OpenAI API" not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start serving; see {log_path}")
-            time.sleep(0.2)
+        wait_lb_serving(proc, log_path, 300, poll_s=0.2)
         phases = {"idle": run_phase(port, proc.pid, 0, body, interval_ms)}
         for count in senders:
             phases[f"bodies_{count}"] = run_phase(port, proc.pid, count, body, interval_ms)

@@ -43,12 +43,15 @@ import subprocess
 import sys
 import time
 import venv
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warmstart.engine.process import free_port
 from warmstart.vllm.install import find_vllm_python
+
+if TYPE_CHECKING:
+    from .testmodel import TinyModel
 
 GOAL_THROUGHPUT_RATIO = 0.97  # through the worker at least this share of straight to vLLM
 GOAL_ADDED_TTFT_MS = 2.0  # and at most this added to the median time to first token
@@ -263,6 +266,46 @@ def compare(through: Sequence[dict[str, Any]], straight: Sequence[dict[str, Any]
     }
 
 
+def lb_worker_env(workdir: Path, defaults: Mapping[str, str] | None = None) -> tuple[TinyModel, int, dict[str, str]]:
+    """A fresh `workdir` with the tiny model on its volume, a free port, and the environment of a
+    load-balancing `warmstart serve` there: `defaults` under this process's environment, the worker's own
+    settings over both. (model, port, env)."""
+    from .testmodel import write_test_model
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    volume = workdir / "volume"
+    model = write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
+    port = free_port()
+    env = {
+        **(defaults or {}),
+        **os.environ,
+        "MODEL_NAME": model.repo_id,
+        "RUNPOD_VOLUME_PATH": str(volume),
+        "WARMSTART_LOCAL_CACHE": str(workdir / "local"),
+        "WARMSTART_ENDPOINT_TYPE": "load_balancer",
+        "WARMSTART_HTTP_HOST": "127.0.0.1",
+        "PORT": str(port),
+    }
+    return model, port, env
+
+
+def start_lb_worker(env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """`warmstart serve` (this environment's) with `env`, its output to `log_path`, in a session of its own."""
+    with open(log_path, "wb") as log:
+        argv = [str(Path(sys.executable).parent / "warmstart"), "serve"]
+        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_lb_serving(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float, poll_s: float = 0.5) -> None:
+    """Until the worker's log says it serves; RuntimeError if it exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while "serving vLLM's OpenAI API" not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the worker did not start serving; see {log_path}")
+        time.sleep(poll_s)
+
+
 def bench_lb(
     workdir: Path,
     *,
@@ -278,30 +321,13 @@ def bench_lb(
     """`engine` "vllm" (3 rounds of 64 prompts by default) or "scripted" (15 of 192; `first_chunk_ms`,
     `chunk_interval_ms`: its pace, unused with vLLM). `front_core`: the wrapper on a core of its own
     (the module's docstring)."""
-    from .testmodel import write_test_model
-
     if engine not in ENGINES:
         raise ValueError(f"engine: one of {ENGINES}, not {engine!r}")
     scripted = engine == "scripted"
     rounds = rounds if rounds is not None else 15 if scripted else 3
     num_prompts = num_prompts if num_prompts is not None else 192 if scripted else 64
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    volume = workdir / "volume"
-    model = write_test_model(volume / "huggingface-cache" / "hub", "warmstart/tiny-llama")
-    port = free_port()
-    env = {
-        "MAX_MODEL_LEN": "512",
-        "MAX_NUM_SEQS": str(max(concurrencies)),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        **os.environ,
-        "MODEL_NAME": model.repo_id,
-        "RUNPOD_VOLUME_PATH": str(volume),
-        "WARMSTART_LOCAL_CACHE": str(workdir / "local"),
-        "WARMSTART_ENDPOINT_TYPE": "load_balancer",
-        "WARMSTART_HTTP_HOST": "127.0.0.1",
-        "PORT": str(port),
-    }
+    defaults = {"MAX_MODEL_LEN": "512", "MAX_NUM_SEQS": str(max(concurrencies)), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    model, port, env = lb_worker_env(workdir, defaults)
     client_python = find_vllm_python(env.get("WARMSTART_VLLM_PYTHON"))  # vLLM's own, for its client
     if scripted:
         pace = ["--first-chunk-ms", str(first_chunk_ms), "--chunk-interval-ms", str(chunk_interval_ms), "--chat-deltas"]
@@ -311,15 +337,9 @@ def bench_lb(
     cores = split_cores(inherited) if front_core else None
     if cores is not None:  # the worker, its engine and the client start on the others' cores
         os.sched_setaffinity(0, cores[1])
-    with open(log_path, "wb") as log:
-        argv = [str(Path(sys.executable).parent / "warmstart"), "serve"]
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start_lb_worker(env, log_path)
     try:
-        deadline = time.monotonic() + float(env.get("VLLM_STARTUP_TIMEOUT", "900"))
-        while "serving vLLM's OpenAI API" not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start serving; see {log_path}")
-            time.sleep(0.5)
+        wait_lb_serving(proc, log_path, float(env.get("VLLM_STARTUP_TIMEOUT", "900")))
         text = log_path.read_text(errors="replace")
         match = re.search(r"starting vLLM (\S+) on (127\.0\.0\.1:\d+)", text)
         assert match is not None, "no 'starting vLLM ... on' line"

@@ -163,7 +163,8 @@ class LogEvidence:
     def feed(self, line: str, t: float | None, *, stamped: bool = True) -> list[Marker]:
         # A tqdm bar arrives as one line of "\r"-separated refreshes (capture bars: logformats.CAPTURE_BARS).
         found = [(n, groups) for part in line.split("\r") for n, groups in match_markers(part, self.specs)]
-        new = [Marker(n, t, groups, worker_process(line)) for n, groups in found] if found else []
+        process = worker_process(line) if found else None  # read once a line, only where a marker is kept
+        new = [Marker(n, t, groups, process) for n, groups in found]
         if len(self.markers) < MAX_MARKERS:
             self.markers.extend(new)
         else:
