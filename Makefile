@@ -56,8 +56,11 @@ lint: $(VENV)/.installed
 # on itself between its stages, so a third file keeps both cores fed (1,021 s where two workers took
 # 1,272, docs/development.md). TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 3
+# pytest without PYTHONDONTWRITEBYTECODE (set on some machines): with it, each of its processes rewrites the
+# asserts of every test module again (about 4 s of CPU apiece; pytest caches the rewrite as bytecode).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest
 test: install fuse chromium lint
-	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q -n $(TEST_WORKERS) \
+	WARMSTART_TEST_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PYTEST) -q -n $(TEST_WORKERS) \
 		--dist loadfile --no-loadscope-reorder --durations=20
 
 # Every change: the suite less what needs vLLM, FUSE or a browser (<= 3 min on 2 cores). A test that uses
@@ -65,10 +68,11 @@ test: install fuse chromium lint
 # Four workers that take tests from each other when idle (`--dist worksteal`): these tests wait on
 # subprocesses and sockets more than they compute, and a plain `-n 3` left workers idle behind one
 # that still held a batch of slow tests (168 s here where `-n 3 --dist load` took 286 s, 2026-12-06).
+# The fuzzers run a quarter of their cases here, all of them in `make test` (tests/helpers/fuzzbudget.py).
 FAST_MARKERS := not vllm and not fuse and not browser
 FAST_WORKERS ?= 4
 test-fast: $(VENV)/.installed lint
-	$(VENV)/bin/pytest -q -n $(FAST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)" --durations=10
+	WARMSTART_TEST_FUZZ_SCALE=0.25 $(PYTEST) -q -n $(FAST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)" --durations=10
 
 # The random-weight test model is written only under its own name: written under a real model's name
 # it would be served as that model.

@@ -62,6 +62,7 @@ NOT_SETTINGS = {
     # The tests' and benchmarks' switches (docs/development.md, docs/BENCHMARKS.md).
     "WARMSTART_TEST_VLLM_PYTHON": "tests",
     "WARMSTART_SKIP_VLLM": "tests",
+    "WARMSTART_TEST_FUZZ_SCALE": "tests",
     "WARMSTART_VLLM_WHEELS": "tests",
     "WARMSTART_BENCH_MODELS": "benchmarks",
     "BENCH_REPEATS": "benchmarks",

@@ -26,13 +26,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from helpers.fuzzbudget import cases as fuzz_cases
 from helpers.hostile import hostile_json_bodies, json_values, mutated_route
 from warmstart.worker.front import Engine, Front, FrontServer
 from warmstart.worker.jsoncheck import cheap
 from warmstart.worker.loadbalancer import drain
 from warmstart.worker.routes import MAX_BODY_BYTES, MAX_DEPTH, ROUTES
 
-EXAMPLES = 1500
+EXAMPLES = fuzz_cases(1500)  # a quarter in `make test-fast` (tests/helpers/fuzzbudget.py)
 
 
 class Recorder(BaseHTTPRequestHandler):

@@ -3,7 +3,8 @@ allowlist, and bounds what it forwards. Then schemathesis against Runpod's local
 with the worker running on the scripted engine: no 5xx.
 
 Case counts (hypothesis examples per property) are set in FUZZ_EXAMPLES and stated in the
-README; the whole file runs in well under a minute on 2 cores.
+README; `make test-fast` runs a quarter of each (tests/helpers/fuzzbudget.py). The whole file runs in
+about a minute of CPU on 2 cores.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import yarl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.fuzzbudget import cases as fuzz_cases
 from helpers.hostile import json_values, mutated_route, small_values
 from helpers.worker import Worker
 from warmstart.worker.handler import (
@@ -43,7 +45,7 @@ FUZZ_EXAMPLES = {"any_input": 2000, "shaped_input": 2000, "routes": 3000, "handl
 
 def fuzz(name: str):
     return settings(
-        max_examples=FUZZ_EXAMPLES[name],
+        max_examples=fuzz_cases(FUZZ_EXAMPLES[name]),
         deadline=None,  # a loaded CI machine must not turn a slow case into a failure
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         database=None,  # nothing written into the work tree
@@ -344,7 +346,7 @@ def test_the_handler_never_raises_and_sends_only_allowlisted_requests(job_input)
 # ---------------------------------------------------------------------------------------------
 # schemathesis against Runpod's local API server, the worker on the scripted engine
 
-SCHEMATHESIS_EXAMPLES = 200  # per operation and phase; about 2,000 requests in all
+SCHEMATHESIS_EXAMPLES = fuzz_cases(200)  # per operation and phase; about 2,000 requests in all
 
 
 def test_schemathesis_finds_no_server_error(tmp_path: Path, volume, tiny_model, fake_vllm_python):
@@ -379,7 +381,21 @@ def test_schemathesis_finds_no_server_error(tmp_path: Path, volume, tiny_model, 
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
         assert "No issues found" in summary, summary
         cases = re.search(r"(\d+) generated, (\d+) passed", summary)
-        assert cases is not None and cases.group(1) == cases.group(2) and int(cases.group(1)) >= 1000, summary
+        assert (
+            cases is not None and cases.group(1) == cases.group(2) and int(cases.group(1)) >= 5 * SCHEMATHESIS_EXAMPLES
+        ), summary
         assert worker.proc.poll() is None  # the worker still serves
     finally:
         worker.stop()
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "1.5", "nan", "a quarter"])
+def test_a_fuzz_share_outside_zero_to_one_is_refused_by_name(raw):
+    with pytest.raises(ValueError, match="WARMSTART_TEST_FUZZ_SCALE="):
+        fuzz_cases(2000, {"WARMSTART_TEST_FUZZ_SCALE": raw})
+
+
+def test_the_fuzz_share_scales_every_count_and_keeps_at_least_one():
+    assert fuzz_cases(2000, {}) == 2000  # `make test`: the full counts
+    assert fuzz_cases(2000, {"WARMSTART_TEST_FUZZ_SCALE": "0.25"}) == 500
+    assert fuzz_cases(1, {"WARMSTART_TEST_FUZZ_SCALE": "0.25"}) == 1

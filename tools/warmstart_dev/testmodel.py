@@ -20,6 +20,7 @@ pool of Gaussian bf16 values: still random-looking, finite, and seed-determined.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -195,7 +196,9 @@ def safetensors_bytes(tensors: dict[str, tuple[list[int], bytes]]) -> bytes:
     return struct.pack("<Q", len(head)) + head + b"".join(tensors[n][1] for n in sorted(tensors))
 
 
+@functools.cache
 def _tokenizer_json() -> str:
+    """Deterministic (one corpus, one trainer): trained once per process."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -212,7 +215,21 @@ def _tokenizer_json() -> str:
 
 
 def model_files(seed: int = 0, shape: Shape = TINY) -> dict[str, bytes]:
-    """Every file of the model snapshot, by relative name."""
+    """Every file of the model snapshot, by relative name (a dict of the caller's own).
+
+    The tiny model's files are made once per process and seed: drawing its weights and training its
+    tokenizer cost about a second of CPU, and the test suite writes it hundreds of times (issue 41)."""
+    if shape == TINY:
+        return dict(_tiny_files(seed))
+    return _model_files(seed, shape)
+
+
+@functools.lru_cache(maxsize=4)
+def _tiny_files(seed: int) -> dict[str, bytes]:
+    return _model_files(seed, TINY)
+
+
+def _model_files(seed: int, shape: Shape) -> dict[str, bytes]:
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
