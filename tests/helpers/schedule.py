@@ -25,7 +25,7 @@ FILE_SECONDS = {
     "test_boot_vllm.py": 265,
     "store/test_s3.py": 195,
     "store/test_canary_vllm.py": 190,
-    "store/test_siblings_vllm.py": 185,
+    "store/test_siblings_vllm.py": 150,
     "store/test_volume_vllm.py": 160,
     "test_boot_vllm_tp.py": 125,
     "tools/test_benches.py": 110,
