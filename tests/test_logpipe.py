@@ -49,10 +49,13 @@ def test_a_blocked_reader_does_not_hold_the_child():
         assert proc.proc is not None
         proc.proc.wait(timeout=10)
         exited_s = time.monotonic() - started
+        # The drain ends at EOF with the reader still stuck: the pipe's last lines (the child had exited
+        # with them unread) are dropped too. Released before that, the reader would make room for them.
+        proc._reader.join(10)
+        assert not proc._reader.is_alive()
     finally:
         release.set()
     assert exited_s < 10
-    proc._reader.join(10)  # the drain ends at EOF
     assert proc.settle(10)
     stats = proc.reader_stats()
     assert stats is not None
@@ -89,6 +92,45 @@ def test_lines_of_any_length_are_echoed_whole_and_read_by_their_head():
     assert len(seen) == 3
     assert proc.reader_stats()["long_lines"] == 1
     assert all(len(t) < 5000 for t in proc.tail)  # the error message's tail is cut, never the echo
+
+
+class _SlowEcho(io.StringIO):
+    """An echo whose writes of long lines wait until released: a slow pipe to the worker's log."""
+
+    def __init__(self, release: threading.Event, seen: list[LogLine]) -> None:
+        super().__init__()
+        self.release, self.seen, self.read_before_written = release, seen, []
+
+    def write(self, text: str) -> int:
+        self.read_before_written.append(any(text.startswith(line.text) for line in self.seen))
+        if len(text) > MATCH_CAP:
+            self.release.wait(10)
+        return super().write(text)
+
+
+def test_a_long_line_is_read_while_its_echo_is_written_and_a_short_one_after():
+    """Issue 37: writing out a 1 MB line (into a slow pipe) must not delay its reading, so a line over
+    MATCH_CAP is offered before its echo; the short line is offered after its echo, so that what the reader
+    says of it follows it in the log."""
+    release, seen = threading.Event(), []
+    echo = _SlowEcho(release, seen)
+    code = "import sys\nsys.stdout.write('a' * (1 << 20) + '\\n')\nsys.stdout.write('INFO short\\n')\n"
+    proc = EngineProcess(child(code), dict(os.environ), 0, on_line=seen.append, echo=echo)
+    proc.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [len(line.text) for line in seen] == [MATCH_CAP], "the long line was read while its echo waited"
+    finally:
+        release.set()
+    assert proc.proc is not None
+    proc.proc.wait(timeout=20)
+    proc._reader.join(10)
+    assert proc.settle(10)
+    assert [line.text for line in seen][1:] == ["INFO short"]
+    assert echo.read_before_written[1] is False  # the short line reached the reader only after its echo
+    assert echo.getvalue() == "a" * (1 << 20) + "\nINFO short\n"
 
 
 def test_the_handoff_never_blocks_and_counts_its_drops():

