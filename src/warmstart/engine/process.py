@@ -324,15 +324,17 @@ class EngineProcess:
     def _read(self) -> None:
         """Drain vLLM's output: stamp, redact, echo, keep the tail, offer to the reader. No parsing here."""
         assert self.proc is not None and self.proc.stdout is not None
+        handoff = self._handoff
         try:
             for raw, continued, ends in pieces(self.proc.stdout):
                 t = time.monotonic() - self.started_mono
                 text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
                 # Offered after its echo, so what the reader says of a line follows it; one over MATCH_CAP before
                 # (issue 37): writing out a megabyte, maybe into a slow pipe, must not delay its reading.
-                early = not continued and self._handoff is not None and len(text) > MATCH_CAP
-                if early:
-                    self._handoff.offer(LogLine(t, text[:MATCH_CAP]))
+                reading = LogLine(t, text[:MATCH_CAP]) if handoff is not None and not continued else None
+                if reading is not None and len(text) > MATCH_CAP:
+                    handoff.offer(reading)
+                    reading = None
                 if not continued:
                     self.tail.append(tail_entry(text))
                 if self._stopping:
@@ -346,8 +348,8 @@ class EngineProcess:
                         self.echo.flush()
                     except (OSError, ValueError):
                         pass
-                if not continued and self._handoff is not None and not early:
-                    self._handoff.offer(LogLine(t, text[:MATCH_CAP]))
+                if reading is not None:
+                    handoff.offer(reading)
                 self.long_lines += not ends and not continued
         finally:
             if self._handoff is not None:
