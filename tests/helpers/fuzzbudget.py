@@ -7,11 +7,12 @@ test` (and CI) leaves it unset, so every count stated beside a test is what the 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 VARIABLE = "WARMSTART_TEST_FUZZ_SCALE"
 
 
-def scale(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
+def scale(environ: Mapping[str, str] = os.environ) -> float:
     raw = environ.get(VARIABLE, "1")
     try:
         value = float(raw)
@@ -22,6 +23,6 @@ def scale(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
     return value
 
 
-def cases(full: int, environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
+def cases(full: int, environ: Mapping[str, str] = os.environ) -> int:
     """`full` scaled by this run's share, at least 1."""
     return max(1, round(full * scale(environ)))
