@@ -133,6 +133,49 @@ def test_a_long_line_is_read_while_its_echo_is_written_and_a_short_one_after():
     assert echo.getvalue() == "a" * (1 << 20) + "\nINFO short\n"
 
 
+def test_a_megabyte_line_goes_into_the_pipe_at_once_while_the_drain_is_held(tmp_path):
+    """vLLM's pipe holds 1 MiB (engine/logpipe.py PIPE_BYTES), not Linux's 64 KiB: with the drain held on a slow
+    echo of one long line, vLLM still writes the next line of almost a megabyte at once and goes on (with
+    64 KiB its write waited for the drain; issue 37: vLLM's start-up must never wait on the wrapper's log)."""
+    release, seen = threading.Event(), []
+    wrote = tmp_path / "wrote"
+    code = (
+        "import sys\n"
+        "sys.stdout.write('a' * (1 << 20) + '\\n'); sys.stdout.flush()\n"
+        "sys.stdout.write('b' * 1_000_000 + '\\n'); sys.stdout.flush()\n"
+        f"open({str(wrote)!r}, 'w').close()\n"
+    )
+    proc = EngineProcess(child(code), dict(os.environ), 0, on_line=seen.append, echo=_SlowEcho(release, seen))
+    proc.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not wrote.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wrote.exists(), "vLLM's second line waited on the held drain"
+    finally:
+        release.set()
+    assert proc.proc is not None
+    proc.proc.wait(timeout=20)
+    proc._reader.join(10)
+    assert [len(line.text) for line in seen] == [MATCH_CAP, MATCH_CAP]
+
+
+def test_starting_vllm_freezes_the_wrappers_heap():
+    """The objects alive when vLLM starts (the wrapper's modules) are out of every later full collection, which
+    walked them all holding the GIL: 6-41 ms pauses of the log reader (engine/logpipe.py freeze_heap)."""
+    import gc
+
+    gc.unfreeze()
+    proc = EngineProcess(child("pass"), dict(os.environ), 0, on_line=lambda _line: None, echo=io.StringIO())
+    try:
+        proc.start()
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()
+        assert proc.proc is not None
+        proc.proc.wait(timeout=20)
+
+
 def test_the_handoff_never_blocks_and_counts_its_drops():
     gate = threading.Event()
     handoff = LineHandoff(lambda _line: gate.wait(10), time.monotonic, max_lines=3)

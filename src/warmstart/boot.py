@@ -274,7 +274,7 @@ class Boot:
             log.info("engine", "not passed to vLLM: %s (WARMSTART_VLLM_ENV adds a name)", ", ".join(withheld))
         if self.weights_plan is None:
             self.start_prefetch()
-        self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redact=self.redactor.text)
+        self.engine = EngineProcess(argv, env, port, on_line=self._on_line, echo=self.echo, redactor=self.redactor)
         self.engine.start()
         world = engine_world_size({}, vllm_flags(plan.settings, plan.fit))
         fit = fit_words(plan.fit, plan.hardware.kind, world)

@@ -67,6 +67,8 @@ def test_bench_rehearsal_quick_boots_tp8_cold_then_warm_through_every_front(tmp_
         f"local/{front}/tp8/{boot}" for front in ("boot", "queue", "load_balancer") for boot in ("cold", "warm")
     )
     assert result["all_served"] and result["warm_wrote_nothing"] and result["warm_verdicts"] == ["warm"]
+    # A deployed worker's secrets are set, so the redactor does a real worker's work on every line; none leaks.
+    assert result["secrets_set"] == ["HF_TOKEN", "RUNPOD_AI_API_KEY"] and result["secrets_in_logs"] == 0
     for name, run in result["runs"].items():
         assert run["verdict"] == name.rsplit("/", 1)[1], name
         assert run["lag_ms"]["lines"] == run["lag_ms"]["lines_written"] > 10 and run["lag_ms"]["lines_unmatched"] == 0

@@ -68,6 +68,12 @@ ENGINE_PHASES = (
 )
 REPORT_JSON = "warmstart | report   | json "
 MODEL = "warmstart/tiny-llama"
+# What a deployed worker has set: its Hub token and Runpod's key. Made up; each makes the redactor search every
+# line (a 1 MB line too) for its spellings, as a real worker's does, and neither may reach a log.
+SECRETS = {
+    "HF_TOKEN": "hf_RehearsalTokenNotReal0123456789abcd",
+    "RUNPOD_AI_API_KEY": "rpa_REHEARSALKEYNOTREAL0123456789ABCDEFGHIJ",
+}
 PUBLISHED = re.compile(r"publish  \| volume generation \d+: \d+ files \(([\d.]+) MB\) in ([\d.]+) s")
 
 # The wrapper, with the probe: each line's handling time, and when the wrapper itself saw vLLM ready.
@@ -369,6 +375,7 @@ def run_one(
         "published_bytes": (staged.get("publish") or {}).get("bytes"),
         "publish_status": (staged.get("publish") or {}).get("status"),
         "peak_rss_mb": round(sampler.hwm_kb / 1024, 1),
+        "secrets_in_log": sum(text.count(v) for v in SECRETS.values()),
         "phases": report.get("phases") or {},
         "files_added": sum(int(c.get("files_added") or 0) for c in (report.get("caches") or {}).values()),
         "rank_dirs": len((report.get("ranks") or {}).get("dirs") or []),  # the report's per-rank block
@@ -426,6 +433,7 @@ def bench_rehearsal(
         "WARMSTART_VLLM_PYTHON": python,
         "WARMSTART_VLLM_ENV": "REHEARSAL_*",
         "VLLM_STARTUP_TIMEOUT": str(int(timeout_s)),
+        **SECRETS,
     }
     cold_figures, warm_figures = log_figures(Path(cold_log)), log_figures(Path(warm_log))
     runs: list[dict[str, Any]] = []
@@ -479,6 +487,8 @@ def bench_rehearsal(
             "log_cpu_share": worst_share is not None and worst_share <= BUDGET_LOG_CPU_SHARE,
         },
         "all_served": all(r["exit"] in (0, -15, 143) and r["verdict"] for r in runs),
+        "secrets_set": sorted(SECRETS),
+        "secrets_in_logs": sum(r["secrets_in_log"] for r in runs),
         "warm_wrote_nothing": all(r["files_added"] == 0 for r in runs if r["boot"] == "warm"),
         "warm_verdicts": sorted({str(r["verdict"]) for r in runs if r["boot"] == "warm"}),
     }

@@ -33,6 +33,7 @@ from typing import TextIO
 from .. import log
 from ..envnames import WITHHELD_FROM_VLLM
 from ..errors import EngineFailed
+from ..redact import Redactor
 from ..secrets import looks_secret
 from ..settings import Settings, parse_bool
 from ..variables import ENGINE_FLAGS
@@ -40,13 +41,11 @@ from ..vllm.hashing import VLLM_HASHED_UNPREFIXED
 from ..vllm.install import EngineInfo
 from ..vllm.logformats import MATCH_CAP
 from .concurrency import ConcurrencyFit, fit_concurrency
-from .logpipe import LineHandoff, LogLine, pieces, tail_entry
+from .logpipe import PIPE_BYTES, LineHandoff, LogLine, freeze_heap, pieces, tail_entry, widen_pipe
 
 __all__ = ["EngineProcess", "LogLine"]
 
 LOOPBACK = "127.0.0.1"
-# Read vLLM's pipe 64 KiB at a time (the pipe's own size), not io's default 8 KiB: a 1 MB line is 16 reads.
-PIPE_READ_BYTES = 1 << 16
 
 
 def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
@@ -275,7 +274,7 @@ class EngineProcess:
         *,
         on_line: Callable[[LogLine], None] | None = None,
         echo: TextIO | None = None,
-        redact: Callable[[str], str] = lambda s: s,
+        redactor: Redactor | None = None,
         tail_lines: int = 60,
         queue_lines: int | None = None,
     ) -> None:
@@ -284,7 +283,7 @@ class EngineProcess:
         self.port = port
         self.on_line = on_line
         self.echo = echo if echo is not None else sys.stderr
-        self.redact = redact
+        self.redactor = redactor or Redactor()
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_mono = 0.0
@@ -304,6 +303,7 @@ class EngineProcess:
         return self.proc.pid if self.proc else None
 
     def start(self) -> None:
+        freeze_heap()  # the wrapper's imports are done: no full collection walks them again
         self.started_mono = time.monotonic()
         self.proc = subprocess.Popen(
             self.argv,
@@ -311,10 +311,11 @@ class EngineProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            bufsize=PIPE_READ_BYTES,
+            bufsize=PIPE_BYTES,
             start_new_session=True,
             preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None,
         )
+        widen_pipe(self.proc.stdout.fileno())
         if self.on_line is not None:
             extra = {"max_lines": self._queue_lines} if self._queue_lines is not None else {}
             self._handoff = LineHandoff(self.on_line, self.elapsed, **extra)
@@ -328,13 +329,14 @@ class EngineProcess:
         try:
             for raw, continued, ends in pieces(self.proc.stdout):
                 t = time.monotonic() - self.started_mono
-                text = self.redact(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-                # Offered after its echo, so what the reader says of a line follows it; one over MATCH_CAP before
-                # (issue 37): writing out a megabyte, maybe into a slow pipe, must not delay its reading.
-                reading = LogLine(t, text[:MATCH_CAP]) if handoff is not None and not continued else None
-                if reading is not None and len(text) > MATCH_CAP:
-                    handoff.offer(reading)
-                    reading = None
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                # Offered after its echo, so what the reader says of a line follows it; one over MATCH_CAP before,
+                # by its head redacted alone (issue 37): redacting and writing out a megabyte must not delay it.
+                first = handoff is not None and not continued
+                if first and len(line) > MATCH_CAP:
+                    handoff.offer(LogLine(t, self.redactor.head(line, MATCH_CAP)))
+                    first = False
+                text = self.redactor.text(line)
                 if not continued:
                     self.tail.append(tail_entry(text))
                 if self._stopping:
@@ -348,8 +350,8 @@ class EngineProcess:
                         self.echo.flush()
                     except (OSError, ValueError):
                         pass
-                if reading is not None:
-                    handoff.offer(reading)
+                if first:
+                    handoff.offer(LogLine(t, text[:MATCH_CAP]))
                 self.long_lines += not ends and not continued
         finally:
             if self._handoff is not None:

@@ -32,6 +32,7 @@ import time
 
 from .. import log
 from ..boot import exit_on_signals
+from ..engine.logpipe import no_collection
 from ..redact import Redactor
 from ..settings import from_env
 from .handler import JobHandler, make_handler
@@ -79,6 +80,37 @@ def announce_when_listening(rest: list[str], lines: list[str], timeout_s: float 
     return thread
 
 
+def processor_brand(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """py-cpuinfo's answer as far as runpod reads it: the CPU's brand string, from /proc/cpuinfo's
+    `model name` (the kernel's copy of the same CPUID brand string); none where it has no such line,
+    which runpod prints as "Unable to get processor info."."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return {"brand_raw": line.split(":", 1)[1].strip()}
+    except OSError:
+        pass
+    return {}
+
+
+def import_sdk() -> None:
+    """Import the Runpod SDK, while vLLM boots. runpod 1.12's rp_debugger calls `cpuinfo.get_cpu_info()`
+    at import for one string of its debug output, and py-cpuinfo 9 answers that by starting a second Python
+    (`[sys.executable, cpuinfo.py, "--json"]`, cpuinfo.py get_cpu_info_json): 1.1 of the import's 1.6 s of
+    CPU (`python -X importtime -c "import runpod"`), taken from vLLM's CPU-bound start-up, and on 2 cores it
+    held the log reader 10-20 ms (bench rehearsal, queue front; issue 37). `processor_brand` answers instead.
+    No collection runs during the import, and what it made is frozen after (engine/logpipe.py)."""
+    try:
+        import cpuinfo
+
+        cpuinfo.get_cpu_info = processor_brand
+    except ImportError:  # a later runpod without py-cpuinfo
+        pass
+    with no_collection():
+        importlib.import_module("runpod")
+
+
 def main(args: argparse.Namespace) -> int:
     settings = from_env(args.environ, volume=getattr(args, "volume", None))
     redactor = Redactor.from_env(settings.environ)
@@ -89,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     # Until the Runpod SDK installs its own handlers, a SIGTERM must still stop a booting vLLM.
     exit_on_signals()
     # The SDK's import takes seconds (a few of CPU, more on a busy host): done while vLLM boots.
-    sdk = threading.Thread(target=importlib.import_module, args=("runpod",), name="import-runpod", daemon=True)
+    sdk = threading.Thread(target=import_sdk, name="import-runpod", daemon=True)
     sdk.start()
     with serving(settings, redactor) as worker:
         state = JobHandler(
