@@ -160,6 +160,53 @@ def test_a_megabyte_line_goes_into_the_pipe_at_once_while_the_drain_is_held(tmp_
     assert [len(line.text) for line in seen] == [MATCH_CAP, MATCH_CAP]
 
 
+def test_a_long_lines_head_gets_the_readers_turn_and_a_stuck_reader_gets_one_only(monkeypatch):
+    """Having offered a long line's head, the drain waits for the reader (READER_TURN_S at most) before it redacts
+    and echoes the whole line, C calls that hold the GIL for milliseconds (issue 37: the head waited 5-15 ms
+    for them). A reader slower than that is not waited for again: 40 long lines to a stuck reader, one wait."""
+    from warmstart.engine import logpipe
+
+    monkeypatch.setattr(logpipe, "READER_TURN_S", 5.0)  # room for any scheduler: the order is what is asserted
+    seen: list[LogLine] = []
+    order: list[str] = []
+
+    class Recording(io.StringIO):
+        def write(self, text: str) -> int:
+            order.append(f"echo {len(text)}")
+            return super().write(text)
+
+    def slow(line: LogLine) -> None:
+        time.sleep(0.05)
+        order.append(f"read {len(line.text)}")
+        seen.append(line)
+
+    code = "import sys\nsys.stdout.write('a ' * (1 << 19) + '\\n')\n"
+    proc = EngineProcess(child(code), dict(os.environ), 0, on_line=slow, echo=Recording())
+    proc.start()
+    assert proc.proc is not None
+    proc.proc.wait(timeout=20)
+    proc._reader.join(10)
+    assert order[0].startswith("read ") and order[1] == f"echo {(1 << 20) + 1}", order
+    assert proc._handoff is not None and proc._handoff.gives_turns
+
+    monkeypatch.setattr(logpipe, "READER_TURN_S", 0.05)
+    waits: list[float] = []
+    settle = LineHandoff.settle
+    monkeypatch.setattr(LineHandoff, "settle", lambda self, timeout: waits.append(timeout) or settle(self, timeout))
+    release = threading.Event()
+    lines = 40
+    code = f"import sys\nfor _ in range({lines}): sys.stdout.write('b ' * 100_000 + '\\n')\n"
+    stuck = EngineProcess(child(code), dict(os.environ), 0, on_line=lambda _line: release.wait(30), echo=io.StringIO())
+    stuck.start()
+    try:
+        assert stuck.proc is not None
+        stuck.proc.wait(timeout=20)
+        stuck._reader.join(10)
+        assert waits == [0.05] and stuck._handoff is not None and not stuck._handoff.gives_turns
+    finally:
+        release.set()
+
+
 def test_starting_vllm_freezes_the_wrappers_heap():
     """The objects alive when vLLM starts (the wrapper's modules) are out of every later full collection, which
     walked them all holding the GIL: 6-41 ms pauses of the log reader (engine/logpipe.py freeze_heap)."""

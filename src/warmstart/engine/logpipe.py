@@ -1,11 +1,12 @@
 """vLLM's output, drained by one thread and read by another, so that reading a line never holds the pipe.
 
-vLLM writes its log into a pipe of 64 KiB. If the thread that drains it also parsed each line, a slow
-parse (issue 37: one 4 KB config line cost seconds) would stamp every later line late and, with the
-pipe full, stall vLLM's own start-up. So the draining thread (engine/process.py) only stamps, redacts,
-echoes and offers each line to a `LineHandoff`: a bounded queue that never blocks its producer and counts
-what it drops, and whose own thread hands each line to the boot's reader (Boot._on_line). The reader's
-lag (a line's stamp -> its handling) is measured here and reported as the boot report's `log_reader`.
+vLLM writes its log into a pipe (of 1 MiB here, Linux's 64 KiB raised). If the thread that drains it also
+parsed each line, a slow parse (issue 37: one 4 KB config line cost seconds) would stamp every later line
+late and, with the pipe full, stall vLLM's own start-up. So the draining thread (engine/process.py) only
+stamps, redacts, echoes and offers each line to a `LineHandoff`: a bounded queue that never blocks its
+producer (past one bounded turn for a long line's head, `offer_long`) and counts what it drops, and whose
+own thread hands each line to the boot's reader (Boot._on_line). The reader's lag (a line's stamp -> its
+handling) is measured here and reported as the boot report's `log_reader`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ READ_LIMIT = 4 << 20
 # What waits for the reader: this many lines, or this many characters, whichever comes first.
 QUEUE_LINES = 20_000
 QUEUE_CHARS = 64 << 20
+# How long the drain gives the reader for a long line's head before it redacts and echoes the whole line.
+READER_TURN_S = 0.02
 # A line kept in the tail (the error message's last lines) is cut here; the echo is never cut.
 TAIL_CHARS = 4096
 # Lags kept for the percentiles (the most recent ones); the maximum is kept over every line.
@@ -112,6 +115,7 @@ class LineHandoff:
         self.handled = 0
         self.dropped = 0
         self.failed = 0  # lines whose handling raised (the reader goes on)
+        self.gives_turns = True  # offer_long waits for the reader, until it once took longer than READER_TURN_S
         self._lags: collections.deque[float] = collections.deque(maxlen=LAG_SAMPLES)
         self._max_lag = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -134,6 +138,15 @@ class LineHandoff:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def offer_long(self, line: LogLine) -> None:
+        """Offer a long line's head, then give the reader its turn, READER_TURN_S at most: the drain's next work,
+        redacting and echoing the whole line, is milliseconds of C calls that hold the GIL, and it had kept the
+        reader from the head for 5-15 ms (`bench rehearsal --long-line 1048576`, issue 37; 7-11 ms with the
+        turn, against 12-20). A reader slower than that is never waited for again: the pipe is not held by it."""
+        self.offer(line)
+        if self.gives_turns and not self.settle(READER_TURN_S):
+            self.gives_turns = False
 
     def settle(self, timeout: float) -> bool:
         """Wait until every queued line was handled; False if that took longer than `timeout`."""

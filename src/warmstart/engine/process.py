@@ -331,10 +331,11 @@ class EngineProcess:
                 t = time.monotonic() - self.started_mono
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 # Offered after its echo, so what the reader says of a line follows it; one over MATCH_CAP before,
-                # by its head redacted alone (issue 37): redacting and writing out a megabyte must not delay it.
+                # by its head redacted alone, with the reader's turn (issue 37): redacting and writing out a
+                # megabyte must not delay its reading.
                 first = handoff is not None and not continued
                 if first and len(line) > MATCH_CAP:
-                    handoff.offer(LogLine(t, self.redactor.head(line, MATCH_CAP)))
+                    handoff.offer_long(LogLine(t, self.redactor.head(line, MATCH_CAP)))
                     first = False
                 text = self.redactor.text(line)
                 if not continued:
