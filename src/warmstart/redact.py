@@ -22,6 +22,7 @@ from .secrets import (
     MIN_MASKED_ANYWHERE,
     URL_PASSWORD,
     base64_cores,
+    base64_forms,
     base64_runs,
     decodes_to_secret,
     dotted_secret,
@@ -57,14 +58,6 @@ def _config_args(env: Mapping[str, str], extra: list[str]) -> tuple[str, ...]:
 _URL_SAFE = bytes.maketrans(b"-_", b"+/")  # how a URL-safe base64 decode reads a run
 
 
-def _base64_spellings(secret: str) -> set[str]:
-    """The base64 of the secret alone, standard and URL-safe, unpadded (as encoded_forms spells them)."""
-    from base64 import b64encode, urlsafe_b64encode
-
-    raw = secret.encode()
-    return {b64encode(raw).decode().rstrip("="), urlsafe_b64encode(raw).decode().rstrip("=")}
-
-
 class Redactor:
     """Replace known secret values in text; mask secret-named entries in argv and env."""
 
@@ -72,10 +65,11 @@ class Redactor:
         self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
         long = [s for s in self.secrets if len(s) >= MIN_MASKED_ANYWHERE]
         self._long = tuple(long)
+        forms = {s: encoded_forms(s) for s in self.secrets}
         # Every spelling of a long secret, longest first (a form may contain a shorter one).
-        self._anywhere = tuple(sorted({f for s in long for f in encoded_forms(s)}, key=len, reverse=True))
+        self._anywhere = tuple(sorted({f for s in long for f in forms[s]}, key=len, reverse=True))
         # A short one only as a word of its own: inside a word or a number it would mask half the log.
-        short = sorted({f for s in self.secrets if len(s) < MIN_MASKED_ANYWHERE for f in encoded_forms(s)}, key=len)
+        short = sorted({f for s in self.secrets if len(s) < MIN_MASKED_ANYWHERE for f in forms[s]}, key=len)
         self._words = (
             re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, reversed(short))) + r")(?![\w-])") if short else None
         )
@@ -83,9 +77,9 @@ class Redactor:
         self._base64_cores = tuple(sorted({c.encode() for s in long for c in base64_cores(s)}, key=len, reverse=True))
         # The spellings that are not base64: a text that holds no core holds no base64 spelling either (each
         # holds its secret's offset-0 core, read as a URL-safe decode reads it), so only these are searched then.
-        b64 = {f for s in long for f in encoded_forms(s) if f.rstrip("=") in _base64_spellings(s)}
+        b64 = {f for s in long for f in base64_forms(s)}
         self._plain = tuple(f for f in self._anywhere if f not in b64)
-        self._spaced = tuple(f for s in self.secrets for f in encoded_forms(s) if " " in f)
+        self._spaced = tuple(f for s in self.secrets for f in forms[s] if " " in f)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Redactor:

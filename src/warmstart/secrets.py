@@ -212,17 +212,21 @@ def encoded_forms(secret: str) -> set[str]:
     userinfo or query, either case of hex), JSON-escaped (`\\/` too, as some encoders write it),
     and base64 of the value alone (standard and URL-safe, with or without padding). Base64 of a
     value inside a longer string (`user:secret`) is found by decoding (`decodes_to_secret`)."""
-    from base64 import b64encode, urlsafe_b64encode
     from urllib.parse import quote, quote_plus
 
     forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
     forms |= {re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), f) for f in list(forms)}
     escaped = json.dumps(secret)[1:-1]
     forms |= {escaped, escaped.replace("/", "\\/"), json.dumps(secret, ensure_ascii=False)[1:-1]}
+    return {f for f in forms | base64_forms(secret) if f}
+
+
+def base64_forms(secret: str) -> set[str]:
+    """The base64 of the secret alone, standard and URL-safe, with and without padding."""
+    from base64 import b64encode, urlsafe_b64encode
+
     raw = secret.encode()
-    for encoded in (b64encode(raw).decode(), urlsafe_b64encode(raw).decode()):
-        forms |= {encoded, encoded.rstrip("=")}
-    return {f for f in forms if f}
+    return {f for e in (b64encode(raw).decode(), urlsafe_b64encode(raw).decode()) for f in (e, e.rstrip("="))}
 
 
 def decodes_to_secret(token: str, secrets: Iterable[str]) -> bool:
