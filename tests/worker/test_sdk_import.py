@@ -40,16 +40,14 @@ def test_the_sdk_import_starts_no_python_and_still_names_the_processor():
 
 
 def test_the_processor_is_the_kernels_brand_string_or_nothing(tmp_path, monkeypatch):
-    import builtins
+    from warmstart import hardware
 
+    intel = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+    assert processor_brand(intel) == {"brand_raw": "Intel(R) Xeon(R) Platinum 8480+"}
+    assert processor_brand("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n") == {}  # arm64: no brand
     info = tmp_path / "cpuinfo"
-    opened = builtins.open
-    monkeypatch.setattr(
-        builtins, "open", lambda path, *a, **k: opened(info if path == "/proc/cpuinfo" else path, *a, **k)
-    )
-    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
+    monkeypatch.setattr(hardware, "CPUINFO", info)
+    info.write_text(intel)
     assert processor_brand() == {"brand_raw": "Intel(R) Xeon(R) Platinum 8480+"}
-    info.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n")  # an arm64 kernel's: no brand
-    assert processor_brand() == {}
     info.unlink()
     assert processor_brand() == {}

@@ -33,6 +33,7 @@ import time
 from .. import log
 from ..boot import exit_on_signals
 from ..engine.logpipe import no_collection
+from ..hardware import cpuinfo_field
 from ..redact import Redactor
 from ..settings import from_env
 from .handler import JobHandler, make_handler
@@ -80,18 +81,12 @@ def announce_when_listening(rest: list[str], lines: list[str], timeout_s: float 
     return thread
 
 
-def processor_brand(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
-    """py-cpuinfo's answer as far as runpod reads it: the CPU's brand string, from /proc/cpuinfo's
-    `model name` (the kernel's copy of the same CPUID brand string); none where it has no such line,
-    which runpod prints as "Unable to get processor info."."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return {"brand_raw": line.split(":", 1)[1].strip()}
-    except OSError:
-        pass
-    return {}
+def processor_brand(cpuinfo: str | None = None) -> dict[str, str]:
+    """py-cpuinfo's answer as far as runpod reads it: the CPU's brand string, /proc/cpuinfo's `model name`
+    (the kernel's copy of the same CPUID brand string); none where it has no such line, which runpod
+    prints as "Unable to get processor info."."""
+    brand = cpuinfo_field(("model name",), cpuinfo)
+    return {} if brand is None else {"brand_raw": brand}
 
 
 def import_sdk() -> None:
