@@ -168,25 +168,21 @@ def test_a_long_lines_head_gets_the_readers_turn_and_a_stuck_reader_gets_one_onl
 
     monkeypatch.setattr(logpipe, "READER_TURN_S", 5.0)  # room for any scheduler: the order is what is asserted
     seen: list[LogLine] = []
-    order: list[str] = []
-
-    class Recording(io.StringIO):
-        def write(self, text: str) -> int:
-            order.append(f"echo {len(text)}")
-            return super().write(text)
+    released = threading.Event()
+    released.set()
+    echo = _SlowEcho(released, seen)  # records, at each write, whether the reader had the line already
 
     def slow(line: LogLine) -> None:
         time.sleep(0.05)
-        order.append(f"read {len(line.text)}")
         seen.append(line)
 
     code = "import sys\nsys.stdout.write('a ' * (1 << 19) + '\\n')\n"
-    proc = EngineProcess(child(code), dict(os.environ), 0, on_line=slow, echo=Recording())
+    proc = EngineProcess(child(code), dict(os.environ), 0, on_line=slow, echo=echo)
     proc.start()
     assert proc.proc is not None
     proc.proc.wait(timeout=20)
     proc._reader.join(10)
-    assert order[0].startswith("read ") and order[1] == f"echo {(1 << 20) + 1}", order
+    assert echo.read_before_written == [True] and echo.getvalue() == "a " * (1 << 19) + "\n"
     assert proc._handoff is not None and proc._handoff.gives_turns
 
     monkeypatch.setattr(logpipe, "READER_TURN_S", 0.05)
