@@ -31,7 +31,7 @@ from helpers.sentinels import (
     secret_env,
 )
 from helpers.worker import Worker
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 from warmstart.redact import Redactor
 from warmstart.secrets import MASK, looks_secret
 from warmstart.settings import from_env

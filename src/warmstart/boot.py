@@ -22,13 +22,13 @@ from . import log
 from .canary import CanaryOutcome, CanaryRecord
 from .canaryboot import check_canary, with_canary
 from .engine.concurrency import fit_words
+from .engine.ports import free_port
 from .engine.process import (
     EngineFailed,
     EngineProcess,
     LogLine,
     engine_command,
     engine_environment,
-    free_port,
     vllm_flags,
     withheld_names,
 )

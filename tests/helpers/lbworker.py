@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.run import WARMSTART, base_env, engine_pid
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 
 
 def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None, timeout: float = 60) -> tuple:

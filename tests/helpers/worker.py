@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from helpers.run import WARMSTART, base_env, engine_pid
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 
 
 class Worker:

@@ -20,7 +20,7 @@ import pytest
 
 from helpers.files import write
 from helpers.run import base_env, run_warmstart
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 from warmstart.store.publish import publish
 from warmstart.store.restore import restore
 from warmstart.store.volume import StagedStore

@@ -27,7 +27,7 @@ import pytest
 
 from helpers.run import MODEL_ID, base_env
 from warmstart.boot import run_boot
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 from warmstart.plan import plan_boot
 from warmstart.redact import Redactor
 from warmstart.settings import from_env

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from helpers.run import REPO
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 from warmstart.worker.handler import (
     EngineRequest,
     InputError,

@@ -23,7 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from warmstart.engine.process import engine_command, free_port
+from warmstart.engine.ports import free_port
+from warmstart.engine.process import engine_command
 from warmstart.model import resolve
 from warmstart.plan import derive_engine_env, detect_engine_hardware
 from warmstart.settings import from_env

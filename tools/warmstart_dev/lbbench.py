@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 from warmstart.vllm.install import find_vllm_python
 
 if TYPE_CHECKING:

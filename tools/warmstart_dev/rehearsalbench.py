@@ -47,7 +47,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 
 from .rehearsal import DEFAULT_COLD, DEFAULT_WARM, PAIR_BYTES, fake_nvidia_smi, plan_tree, rehearsal_vllm_python
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 
 MOTO_SERVER = str(Path(sys.executable).parent / "moto_server")
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from warmstart.engine.process import free_port
+from warmstart.engine.ports import free_port
 from warmstart.worker.handler import EngineRequest, JobHandler, SSEParser, make_handler, parse_job_input
 
 SERVED = "bench/model"

@@ -259,7 +259,7 @@ def throttled(
     stats: str = "",
 ) -> Iterator[str]:
     """Yield a URL that reaches `upstream_url` (http://127.0.0.1:PORT) through the proxy."""
-    from warmstart.engine.process import free_port
+    from warmstart.engine.ports import free_port
 
     from .s3server import serving
 

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmstart.engine.process import EngineProcess, LogLine, engine_command, free_port
+from warmstart.engine.ports import free_port
+from warmstart.engine.process import EngineProcess, LogLine, engine_command
 from warmstart.model import resolve
 from warmstart.plan import derive_engine_env, detect_engine_hardware
 from warmstart.settings import from_env

@@ -42,10 +42,9 @@ from ..vllm.install import EngineInfo
 from ..vllm.logformats import MATCH_CAP
 from .concurrency import ConcurrencyFit, fit_concurrency
 from .logpipe import PIPE_BYTES, LineHandoff, LogLine, freeze_heap, pieces, tail_entry, widen_pipe
+from .ports import LOOPBACK
 
 __all__ = ["EngineProcess", "LogLine"]
-
-LOOPBACK = "127.0.0.1"
 
 
 def engine_flag_args(settings: Settings, fit: ConcurrencyFit | None = None) -> list[str]:
@@ -246,12 +245,6 @@ def engine_command(
     args += engine_flag_args(settings, fit)
     args += list(settings.extra_args)  # last, so they win where argparse sees a flag twice
     return args
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
