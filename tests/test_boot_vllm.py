@@ -66,6 +66,10 @@ def test_cold_then_warm(two_boots):
     assert second["caches"]["inductor"]["files_before"] == compiled
     assert second["staged"]["generation_restored"] == first["staged"]["publish"]["generation"] == 1
     assert second["staged"]["publish"]["status"] == "nothing_new"
+    # The canary: recorded by the cold boot, replayed equal by the warm one (real vLLM's greedy answers
+    # and logprobs, twice; tests/store/test_canary_vllm.py is its faults).
+    assert first["canary"]["status"] == "recorded", first["canary"]
+    assert (second["canary"]["status"], second["canary"]["generation"]) == ("equal", 1), second["canary"]
     assert first["vllm_version"] == "0.32.0"
     for phase in ("resolve", "bootstrap", "weights", "compile", "kv_cache", "api_ready"):
         assert first["phases"][phase] is not None, phase
