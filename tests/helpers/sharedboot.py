@@ -6,8 +6,11 @@ completion). Each of those boots cost 30-40 s of CPU on the 2-core machine, so t
 under a file lock in the directory the workers share, and each test gets a copy of its volume
 (`ColdBoot.copy_to`) with the report's paths moved to the copy. The boot is what `warmstart boot --json`
 runs (`run_boot`, `stop`, the report), plus the greedy completions of `PROMPTS` asked while vLLM serves,
-after the boot published. The test that needs a cold boot of its own, or checks the cold boot itself
-(test_boot_vllm.py, the worker fronts, the S3 tier's two datacenters), keeps its own.
+after the boot published. Its users: the canary's first boot, the volume tools' configuration a, the S3
+model's reference completion, the siblings' strict-math reference, the S3 tier's datacenter A (which
+publishes the copy to the bucket) and the weights prefetch's volume. The test that needs a cold boot of its
+own, or checks the cold boot itself (test_boot_vllm.py, the worker fronts, staged mode's racing pair), keeps
+its own.
 
 Run as a script it is the boot itself: `python sharedboot.py OUT` in the environment to boot with."""
 

@@ -443,6 +443,7 @@ def test_two_datacenters_share_one_bucket(tmp_path, endpoint, client, bucket, vl
 
     a = boot(volume_a, "local-a")
     assert (cold["expected"], cold["verdict"]) == ("miss", "cold") and "s3" not in cold["staged"]
+    assert cold["staged"]["publish"]["status"] == "published"
     assert (a["expected"], a["verdict"]) == ("hit", "warm"), a["caches"]
     assert (a["staged"]["restored_from"], a["staged"]["publish"]["status"]) == ("volume", "nothing_new")
     assert a["staged"]["s3"]["publish"]["status"] == "published"
