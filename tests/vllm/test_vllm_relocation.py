@@ -11,6 +11,13 @@ notes; that it tried, from that directory, is what this test asks.)
 
 Both boots run with worker-vllm's VLLM_PORT set to the API port, in-process, so the test can
 read the environment vLLM was started with (/proc/PID/environ) and send it a request.
+
+They also carry a flag outside the curated table as its variable, and VLLM_CONFIG_FILE (these tests were
+test_boot_vllm_flags.py's, whose own cold boot issue 41 folded into this one: about 40 s of CPU), and the Hub
+is unreachable. OVERRIDE_GENERATION_CONFIG is a derived variable (engineflags.derived_flags; not among the
+curated ones) of a ModelConfig field vLLM hashes (vllm/hashing.py: not in EXTRA_ARGS_NOT_IN_KEY). The config
+file sets max-num-seqs, which vLLM reads from `--config` below the command line and hashes; the concurrency
+fit leaves it alone. MAX_NUM_SEQS is not set, so the file's value is the only one.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from helpers.run import MODEL_ID, base_env
+from helpers.run import MODEL_ID, base_env, run_warmstart
 from warmstart.boot import run_boot
 from warmstart.engine.ports import free_port
 from warmstart.plan import plan_boot
@@ -34,6 +41,8 @@ from warmstart.settings import from_env
 from warmstart_dev.testmodel import write_test_model
 
 pytestmark = pytest.mark.vllm
+
+GENERATION = '{"temperature": 0.5}'
 
 
 def boot_once(env: dict[str, str]) -> dict[str, Any]:
@@ -69,6 +78,8 @@ def relocated(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dic
     volume_hub = volume / "huggingface-cache" / "hub"
     write_test_model(volume_hub, MODEL_ID)
     api_port = free_port()
+    config = root / "vllm-config.yaml"
+    config.write_text("max-num-seqs: 3\n")
     env = base_env(
         volume,
         vllm_python,
@@ -78,7 +89,17 @@ def relocated(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dic
         WARMSTART_CACHE_MODE="direct",
         WARMSTART_LOCAL_CACHE=str(root / "local"),
         VLLM_EXTRA_ARGS="--uvicorn-log-level warning",
+        HF_ENDPOINT="http://127.0.0.1:9",
+        OVERRIDE_GENERATION_CONFIG=GENERATION,
+        VLLM_CONFIG_FILE=str(config),
     )
+    del env["MAX_NUM_SEQS"]
+    keys = {}  # the same settings without the flag, and without the file: planned, not booted
+    without = {"plain": ("OVERRIDE_GENERATION_CONFIG", "VLLM_CONFIG_FILE"), "no_file": ("VLLM_CONFIG_FILE",)}
+    for name, drop in without.items():
+        run = run_warmstart(["key", "--json"], {k: v for k, v in env.items() if k not in drop}, timeout=120)
+        assert run.returncode == 0, run.stderr
+        keys[name] = json.loads(run.stdout)["key"]
     with pytest.MonkeyPatch.context() as patch:
         # The settings are read from env, and vLLM's environment from them (Settings.environ); the process
         # gets env too, for what reads it directly (huggingface_hub), as in a worker, where the two are one.
@@ -91,7 +112,7 @@ def relocated(tmp_path_factory: pytest.TempPathFactory, vllm_python: str) -> dic
         env = {**env, "WARMSTART_BAKED_HF_CACHE": str(image_hub)}
         patch.setenv("WARMSTART_BAKED_HF_CACHE", str(image_hub))
         second = boot_once(env)
-    return {"root": root, "api_port": api_port, "boots": [first, second]}
+    return {"root": root, "api_port": api_port, "boots": [first, second], "config": config, "keys": keys}
 
 
 def test_boots_with_vllm_port_set_serve_and_vllm_never_sees_it(relocated):
@@ -124,3 +145,24 @@ def test_moving_the_snapshot_keeps_vllms_compile_hash(relocated):
     assert hashes[0] in first["log"]  # the first boot saved there
     tried = re.findall(r"(?:Directly load AOT compilation from path|due to a load failure from) (\S+)", second["log"])
     assert tried and all(hashes[0] in path for path in tried), tried
+
+
+def test_vllm_reads_the_derived_flag_and_the_config_file(relocated):
+    config = relocated["config"]
+    for boot in relocated["boots"]:
+        line = next(x for x in boot["log"].splitlines() if "non-default args" in x)
+        assert "'override_generation_config': {'temperature': 0.5}" in line
+        assert "'max_num_seqs': 3" in line
+        argv = boot["report"]["observed"]["engine_argv"]
+        assert argv[argv.index("--override-generation-config") + 1] == GENERATION
+        assert argv[argv.index("--config") + 1] == str(config)
+        assert "--max-num-seqs" not in argv  # not fitted: the file sets it
+
+
+def test_both_are_in_the_key_as_vllm_hashes_them(relocated):
+    report = relocated["boots"][0]["report"]
+    keys = relocated["keys"]
+    args = report["observed"]["key_factors"]["args"]
+    assert args["override_generation_config"] == {"temperature": 0.5}
+    assert args["max_num_seqs"] == 3
+    assert len({report["key"], keys["no_file"], keys["plain"]}) == 3
