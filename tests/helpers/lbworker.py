@@ -41,15 +41,17 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
         return status, got, raw
 
 
-def assert_unhealthy_from_the_signal_on(after: list[tuple[float, int]], drained: float) -> None:
-    """`after`: /ping's answers from a SIGTERM to the exit (seconds after the signal, status; 0 for no
-    answer). A 503 within a second of the signal, while the request in flight was still served
-    (`drained`: when it ended); never 200 from then on (a 200 before it: a ping in flight at the
-    signal)."""
-    first_503 = next((t for t, status in after if status == 503), None)
+def assert_unhealthy_from_the_signal_on(after: list[tuple[float, int, float]], drained: float) -> None:
+    """`after`: /ping's answers from a SIGTERM to the exit, as (seconds after the signal when the answer
+    came, status, seconds after the signal when it was asked; status 0 for no answer). A 503 within a
+    second of the signal, while the request in flight was still served (`drained`: when it ended); never
+    200 to a ping asked after that 503 came, and only 200 before it. A ping asked before the 503 came may
+    be answered 200 after it: a run of `make test` saw the poller's 200 come at 0.029 s, in flight when the
+    test's own 503 came at 0.003 s; ordering by arrival alone failed it at random."""
+    first_503 = next((t for t, status, _ in after if status == 503), None)
     assert first_503 is not None and first_503 < min(1.0, drained), after
-    assert {status for t, status in after if t >= first_503} <= {503, 0}, after
-    assert {status for t, status in after if t < first_503} <= {200}, after
+    assert {status for _, status, asked in after if asked >= first_503} <= {503, 0}, after
+    assert {status for t, status, _ in after if t < first_503} <= {200}, after
 
 
 class LbWorker:
@@ -76,6 +78,7 @@ class LbWorker:
             },
         )
         self.pings: list[tuple[float, int]] = []  # (seconds since launch, /ping status); 0: no answer
+        self.asked: list[float] = []  # when each of `pings` was asked (seconds since launch)
         self.models_at_first_200: int | None = None
         self._polling = True
         self._logfile = open(self.log_path, "wb")  # closed in stop()
@@ -102,7 +105,9 @@ class LbWorker:
 
     def _poll(self) -> None:
         while self._polling and self.proc.poll() is None:
+            asked = time.monotonic() - self.launched
             status = self.ping(timeout=1)
+            self.asked.append(asked)
             self.pings.append((time.monotonic() - self.launched, status))
             if status == 200 and self.models_at_first_200 is None:
                 self.models_at_first_200 = self.get("/v1/models", timeout=10)[0]
@@ -112,13 +117,18 @@ class LbWorker:
         """Seconds from launch to the first /ping answer with this status."""
         return next((t for t, s in self.pings if s == status), None)
 
-    def pings_until_exit(self, sent: float, timeout: float = 120) -> list[tuple[float, int]]:
+    def pings_until_exit(self, sent: float, timeout: float = 120) -> list[tuple[float, int, float]]:
         """The /ping answers from a signal sent at `sent` (seconds since launch) to the worker's exit,
-        as (seconds after the signal, status). It waits for the exit first: read while the worker still
-        drains (a stream may end well within a second of the signal), the list lacks what is to come."""
+        as (seconds after the signal when it came, status, seconds after the signal when it was asked).
+        It waits for the exit first: read while the worker still drains (a stream may end well within a
+        second of the signal), the list lacks what is to come."""
         self.proc.wait(timeout)
         self._poller.join(5)
-        return [(at - sent, status) for at, status in self.pings if at > sent]
+        return [
+            (at - sent, status, asked - sent)
+            for (at, status), asked in zip(self.pings, self.asked, strict=False)
+            if at > sent
+        ]
 
     def get(self, path: str, timeout: float = 60) -> tuple:
         return http("GET", self.url + path, timeout=timeout)

@@ -269,10 +269,11 @@ def test_zz_sigterm_turns_ping_off_at_once_and_leaves_no_vllm_behind(worker):
     # (on an idle machine the 200 tokens came within 0.075 s of the signal).
     # Each answer stamped when it came, as the poller stamps its own: a poller's ping sent before the signal
     # may be answered 200 just after it, and stamped at its start ours would sort before that 200.
-    own: list[tuple[float, int]] = []
+    own: list[tuple[float, int, float]] = []  # (when it came, status, when it was asked), after the signal
     while not own or (own[-1][1] != 503 and own[-1][0] < 1.0):
+        asked = time.monotonic() - worker.launched - sent
         status = worker.ping(timeout=1)
-        own.append((time.monotonic() - worker.launched - sent, status))
+        own.append((time.monotonic() - worker.launched - sent, status, asked))
     rest = list(stream)  # the stream in flight goes on
     drained = time.monotonic() - worker.launched - sent
     assert rest and rest[-1].choices[0].finish_reason == "length"
