@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -40,6 +39,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from warmstart.engine.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent / "image"  # the stand-in's Containerfile
@@ -73,12 +74,6 @@ def image_size(name: str) -> int:
     """Bytes of the image's layers, uncompressed, as its manifest in local storage states them."""
     manifest = json.loads(inspect(name)["Manifest"])
     return sum(int(layer["size"]) for layer in manifest["layers"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------------------------- building
