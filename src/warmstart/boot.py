@@ -253,7 +253,7 @@ class Boot:
             self.link_warning = warning
 
     @property
-    def model_arg(self) -> Path:
+    def model_arg(self) -> Path | str:
         """The model path on vLLM's command line: the plan's, unless the link could not be made."""
         return self.plan.model.path if self.link_warning is not None else self.plan.model_arg
 
@@ -269,7 +269,7 @@ class Boot:
         plan = self.plan
         port = plan.settings.vllm_port or free_port()
         argv = engine_command(plan.engine, plan.settings, self.model_arg, port, plan.fit)
-        env = engine_environment(plan.settings.environ, plan.engine_env, plan.settings.vllm_env_pass)
+        env = engine_environment(plan.settings.environ, plan.engine_mapping, plan.settings.vllm_env_pass)
         if withheld := withheld_names(plan.settings.environ, plan.settings.vllm_env_pass):
             log.info("engine", "not passed to vLLM: %s (WARMSTART_VLLM_ENV adds a name)", ", ".join(withheld))
         if self.weights_plan is None:
@@ -352,7 +352,7 @@ class Boot:
             phases={},
         )
         if self.plan.model.source == "s3":
-            block["read"] = s3_read(self.plan.model, self.s3_stats)
+            block["read"] = s3_read(self.plan.model, self.s3_stats, streamed=self.plan.streamed is not None)
         return block
 
     def finish_report(self, error: str | None = None) -> BootReport:

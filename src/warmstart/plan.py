@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,11 +67,18 @@ class BootPlan:
     seed: SeedPlan | None = None  # staged: the siblings to seed from if no generation of its own restores
     image: BundleStore | None = None  # staged: the key's generation baked into the image (read-only)
     s3_read: S3Read | None = None  # MODEL_NAME=s3://: the weights' read, run beside the restore (boot.py)
+    streamed: str | None = None  # MODEL_NAME=s3:// read by vLLM's streamer (s3model.streams): the URL it gets
+    engine_credentials: Mapping[str, str] = field(default_factory=dict, repr=False)  # the streamer's, for vLLM
 
     @property
-    def model_arg(self) -> Path:
-        """The model path on vLLM's command line."""
-        return self.vllm_model or self.model.path
+    def model_arg(self) -> Path | str:
+        """The model on vLLM's command line: a path, or the s3:// URL its streamer reads."""
+        return self.streamed or self.vllm_model or self.model.path
+
+    @property
+    def engine_mapping(self) -> dict[str, str]:
+        """What warmstart sets in vLLM's environment: engine_env, and the streamer's credentials (never shown)."""
+        return {**self.engine_env, **self.engine_credentials}
 
     @property
     def mode(self) -> str:
@@ -107,7 +114,7 @@ class BootPlan:
         }
 
 
-def model_summary(model: ResolvedModel, vllm_path: Path | None = None) -> dict[str, Any]:
+def model_summary(model: ResolvedModel, vllm_path: Path | str | None = None) -> dict[str, Any]:
     """The report's `model` block. `path` is where the snapshot really is (volume or image);
     `vllm_path` is the stable path vLLM was given, which its compile hash depends on."""
     return {
@@ -170,7 +177,10 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
             settings.volume,
             volume.layout.root,
         )
-    model, s3_read = _resolve_model(settings, volume.layout.hub_cache, volume.read_only_hubs, no_download_reason)
+    streamed = streamed_url(settings)
+    model, s3_read = _resolve_model(
+        settings, volume.layout.hub_cache, volume.read_only_hubs, no_download_reason, streamed
+    )
     log.info(
         "model",
         "%s @ %s (%s, %d files, %.1f MB) in %.2f s",
@@ -215,6 +225,12 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         place = replace(place, cache_dirs=replace(place.cache_dirs, cuda_driver=nvidia_driver_version()))
     env = engine_env(place.layout, place.cache_dirs, offline=True)
     env.update(derived)
+    credentials: dict[str, str] = {}
+    if streamed is not None:  # vLLM's streamer reads the store: its endpoint, and the credentials it needs
+        from .s3model import streamer_credentials, streamer_env
+
+        env.update(streamer_env(settings.s3_endpoint_url, settings.s3_region))
+        credentials = streamer_credentials(settings.environ)
     return BootPlan(
         settings,
         place.layout,
@@ -231,26 +247,42 @@ def plan_boot(settings: Settings, *, no_download_reason: str | None = None, writ
         StagedStore(place.staged_root, settings.bundle_compression) if place.staged_root is not None else None,
         s3,
         publish_blocked=place.publish_blocked,
-        vllm_model=vllm_model_path(model, settings.local_cache_dir),
+        vllm_model=None if streamed else vllm_model_path(model, settings.local_cache_dir),
         seed=seed,
         image=image,
         s3_read=s3_read,
+        streamed=streamed,
+        engine_credentials=credentials,
     )
 
 
+def streamed_url(settings: Settings) -> str | None:
+    """MODEL_NAME when it is s3:// and the load format has vLLM's streamer read it (s3model.streams)."""
+    if not is_s3_model(settings.model_name):
+        return None
+    from .s3model import streams
+
+    return settings.model_name if streams(last_flag_value(vllm_flags(settings), ("--load-format",))) else None
+
+
 def _resolve_model(
-    settings: Settings, hub_cache: Path, read_only_hubs: tuple[Path, ...], no_download_reason: str | None
+    settings: Settings,
+    hub_cache: Path,
+    read_only_hubs: tuple[Path, ...],
+    no_download_reason: str | None,
+    streamed: str | None = None,
 ) -> tuple[ResolvedModel, S3Read | None]:
     """The model pinned: from S3 (s3model.py: one listing now, the read beside the restore) or on disk in
     the HF caches (downloaded if need be)."""
     if is_s3_model(settings.model_name):
-        from .s3model import plan_s3
+        from .s3model import plan_s3, streamer_dir
 
         return plan_s3(
             settings.model_name,
             settings.local_cache_dir,
             endpoint_url=settings.s3_endpoint_url,
             region=settings.s3_region,
+            streamed_to=streamer_dir(streamed, settings.environ) if streamed else None,
         )
     model = resolve(
         settings.model_name,

@@ -15,6 +15,12 @@ vLLM reads such a prefix itself with `--load-format runai_streamer` (vllm/config
 streamer (runai-model-streamer 0.17.1, libstreamers3.so) reads `AWS_ENDPOINT_URL`,
 `RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING`, `AWS_EC2_METADATA_DISABLED`, `AWS_REGION` and the
 standard credential variables: `streamer_env` maps warmstart's S3 settings onto those names.
+
+Which read a boot uses is the user's: the staged read by default; vLLM's streamer when LOAD_FORMAT (or
+`--load-format` in VLLM_EXTRA_ARGS or the config file) is one of STREAMER_FORMATS, as worker-vllm users
+write it. The listing, the revision, the key and the manifest's check are the same either way; the
+streamer's read has no local copy, no SHA-256 check and gives vLLM the S3 credentials
+(docs/deploying.md says when each is the better choice).
 """
 
 from __future__ import annotations
@@ -41,6 +47,23 @@ WEIGHT_SUFFIXES = (".safetensors",)
 CONFIG_FILES = ("config.json", "params.json")
 PART_BYTES = 16 * 1024 * 1024  # one ranged GET: large enough for throughput, small enough to retry
 READ_WORKERS = 16
+# The load formats with which vLLM reads an s3:// model itself (vllm/model_executor/model_loader/__init__.py:
+# "runai_streamer" -> RunaiModelStreamerLoader, "runai_streamer_sharded" -> ShardedStateLoader); with any
+# other, vLLM pulls the config files (config/model.py maybe_pull_model_tokenizer_for_runai) and then cannot
+# load weights from the URL, so warmstart reads them to local disk instead.
+STREAMER_FORMATS = ("runai_streamer", "runai_streamer_sharded")
+# What the streamer's S3 client authenticates with (the AWS SDK's default chain). Withheld from vLLM
+# like every credential (engine/process.py reaches_vllm), passed only when vLLM itself reads the store.
+STREAMER_CREDENTIALS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_DEFAULT_REGION",
+    "AWS_CA_BUNDLE",
+)
 
 
 @dataclass(frozen=True)
@@ -260,6 +283,28 @@ def streamer_env(endpoint_url: str | None, region: str | None) -> dict[str, str]
     return env
 
 
+def streams(load_format: str | None) -> bool:
+    """Does vLLM read an s3:// model itself with this `--load-format`?"""
+    return (load_format or "").lower() in STREAMER_FORMATS
+
+
+def streamer_dir(url: str, environ: Mapping[str, str]) -> Path:
+    """Where vLLM puts an s3:// model's config and tokenizer files in the environment it runs with:
+    `VLLM_ASSETS_CACHE/model_streamer/<sha256(url)[:8]>` (transformers_utils/runai_utils.py
+    ObjectStorageModel; envs.py: VLLM_ASSETS_CACHE defaults to `$XDG_CACHE_HOME or ~/.cache` + vllm/assets).
+    It becomes vLLM's model path, which vLLM hashes: stable for one URL and one home."""
+    assets = environ.get("VLLM_ASSETS_CACHE")
+    if not assets:
+        home = environ.get("HOME") or str(Path.home())
+        assets = os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "vllm", "assets")
+    return Path(os.path.expanduser(assets)) / "model_streamer" / hashlib.sha256(url.encode()).hexdigest()[:8]
+
+
+def streamer_credentials(environ: Mapping[str, str]) -> dict[str, str]:
+    """The credential variables vLLM gets when its streamer reads the model (STREAMER_CREDENTIALS that are set)."""
+    return {name: environ[name] for name in STREAMER_CREDENTIALS if environ.get(name)}
+
+
 def parse_model_url(name: str) -> S3Url:
     try:
         return parse_s3_url(name)
@@ -314,10 +359,18 @@ class BackgroundRead:
 
 
 def plan_s3(
-    name: str, local_cache: Path, *, endpoint_url: str | None, region: str | None, client: Any = None
-) -> tuple[ResolvedModel, S3Read]:
+    name: str,
+    local_cache: Path,
+    *,
+    endpoint_url: str | None,
+    region: str | None,
+    client: Any = None,
+    streamed_to: Path | None = None,
+) -> tuple[ResolvedModel, S3Read | None]:
     """List `name` once and check it (against its manifest where there is one): the model pinned to
-    the listing's revision, and the read still to run. Raises ModelError (exit 2) before vLLM starts."""
+    the listing's revision, and the read still to run. Raises ModelError (exit 2) before vLLM starts.
+    `streamed_to` (vLLM's streamer reads the weights, `streamer_dir`): no read; the model's path is
+    where vLLM puts its config files."""
     start = time.monotonic()
     url = parse_model_url(name)
     if client is None:
@@ -329,7 +382,7 @@ def plan_s3(
     if problems := listing_problems(listing, manifest):
         what = f"the listing and {MANIFEST} disagree" if manifest is not None else "not a model"
         raise ModelError(f"MODEL_NAME={url.url}: {what}: " + "; ".join(problems[:5]))
-    dest = model_dir(local_cache, url) / listing.revision
+    dest = streamed_to or model_dir(local_cache, url) / listing.revision
     model = ResolvedModel(
         name,
         None,
@@ -338,10 +391,11 @@ def plan_s3(
         "s3",
         len(listing.objects),
         listing.bytes,
-        downloaded_bytes=0 if dest.is_dir() else listing.bytes,
+        # The streamer reads every byte from the store on every boot; the staged read only once per disk.
+        downloaded_bytes=listing.bytes if streamed_to is not None or not dest.is_dir() else 0,
         seconds=time.monotonic() - start,
     )
-    return model, S3Read(client, listing, manifest, dest)
+    return model, (S3Read(client, listing, manifest, dest) if streamed_to is None else None)
 
 
 def resolve_s3(
@@ -349,6 +403,7 @@ def resolve_s3(
 ) -> ResolvedModel:
     """`plan_s3`, then the read at once (`warmstart fetch`, the tests): the model whole on local disk."""
     model, read = plan_s3(name, local_cache, endpoint_url=endpoint_url, region=region, client=client)
+    assert read is not None
     stats = read.run()
     return replace(model, downloaded_bytes=stats.bytes, seconds=model.seconds + stats.seconds)
 

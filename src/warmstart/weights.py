@@ -181,8 +181,9 @@ def plan_prefetch(
         return skip("WARMSTART_WEIGHTS_PREFETCH=off", files)
     if source == "downloaded":
         return skip("the weights were just downloaded: already in the page cache", files)
-    if source == "s3":
-        return skip("the weights were read from S3 to local disk before vLLM started", files)
+    if source == "s3":  # read to local disk by the staged read, or none there: vLLM's streamer reads them
+        staged = "the weights were read from S3 to local disk before vLLM started"
+        return skip(staged if files else "vLLM's streamer reads the weights from S3 itself", files)
     if not files:
         return skip("no weight files (*.safetensors, *.bin) in the snapshot")
     size = sum(s for _, s in files)

@@ -30,7 +30,7 @@ FILE_SECONDS = {
     "store/test_volume_vllm.py": 160,
     "test_boot_vllm_tp.py": 125,
     "tools/test_benches.py": 110,
-    "store/test_s3_model_vllm.py": 105,
+    "store/test_s3_model_vllm.py": 140,
     "store/test_staged_vllm.py": 93,
     "worker/test_worker_e2e.py": 91,
     "vllm/test_vllm_relocation.py": 100,

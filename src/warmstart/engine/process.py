@@ -167,6 +167,7 @@ ENGINE_ENV_PREFIXES = (
     "TILELANG_",
     "CUTE_DSL_",
     "RAY_",
+    "RUNAI_STREAMER_",  # Run:ai's model streamer (runai-model-streamer 0.17: concurrency, memory limit, S3 addressing)
     "LC_",
     "XDG_",
     "ROCM_",

@@ -34,6 +34,7 @@ from .ranks import ranks_block
 from .seeded import seeded_block, seeded_caches, seeded_verdict
 from .staged import publish_seconds, restore_seconds, staged_layer_counts, staged_summary
 from .statuses import decide_verdict, layer_statuses
+from .weights import with_streamer_seconds
 
 
 def expectation(plan: BootPlan, restored: TierRestore | None, history: BootHistory | None) -> Expectation | None:
@@ -82,13 +83,16 @@ def hf_cache_words(path: Path, hubs: Mapping[str, Path | None]) -> str:
     return "a read-only HF cache"
 
 
-def hf_weights_layer(m: ResolvedModel, hubs: Mapping[str, Path | None] | None = None) -> CacheLayer:
+def hf_weights_layer(
+    m: ResolvedModel, hubs: Mapping[str, Path | None] | None = None, *, streamed: bool = False
+) -> CacheLayer:
     if m.source == "downloaded":
         return CacheLayer(
             "miss", m.files, m.downloaded_bytes, 0, 0, f"downloaded {m.files} files ({m.bytes / 1e6:.1f} MB)"
         )
     if m.source == "s3":  # where the weights live, read as designed on every new worker: not a miss
         where = f"read from {m.name}" if m.downloaded_bytes else f"{m.name} already on local disk"
+        where = f"streamed by vLLM from {m.name}" if streamed else where
         return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
     cache = hf_cache_words(m.path, hubs or {})
     where = "local directory" if m.source == "local-dir" else f"snapshot complete in {cache}"
@@ -126,7 +130,7 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
         "the volume's HF cache" if plan.layout.on_volume else "the local HF cache": plan.layout.hub_cache,
         "the image's baked HF cache": plan.settings.baked_hf_cache,
     }
-    caches["hf_weights"] = hf_weights_layer(plan.model, hubs)
+    caches["hf_weights"] = hf_weights_layer(plan.model, hubs, streamed=plan.streamed is not None)
     verdict = decide_verdict(caches) if obs.error is None else None
     if obs.seeded is not None:  # report/seeded.py: where the seeded layers came from, and `partial` if used
         caches = seeded_caches(caches, obs.seeded, obs.seed_use)
@@ -145,6 +149,8 @@ def build_report(plan: BootPlan, obs: BootObservation, redactor: Redactor) -> Bo
     weights = None
     if obs.weights is not None:
         weights = {**obs.weights, "vllm_bootstrap_s": phases.get("bootstrap"), "vllm_weights_s": phases.get("weights")}
+        if "read" in weights:
+            weights["read"] = with_streamer_seconds(weights["read"], phases.get("weights"))
     return BootReport(
         key=plan.key.dirname,
         key_dir=str(plan.layout.key_dir(plan.key)),

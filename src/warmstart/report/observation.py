@@ -26,7 +26,7 @@ class BootObservation:
     boot_id: str
     started_at: str
     environ: Mapping[str, str]  # the wrapper's own environment (vLLM's is built on top of it)
-    model_arg: Path  # the model path vLLM was given
+    model_arg: Path | str  # the model path vLLM was given (an s3:// URL when its streamer reads it)
     evidence: LogEvidence = field(default_factory=LogEvidence)
     before: Mapping[str, TreeScan] = field(default_factory=dict)  # each cache layer before vLLM started
     after: Mapping[str, TreeScan] = field(default_factory=dict)  # and at the report

@@ -67,18 +67,30 @@ def weights_block(
     }
 
 
-def s3_read(model: ResolvedModel, stats: ReadStats | None) -> dict[str, Any]:
-    """The `weights.read` block of an s3:// model: what was read from the store (beside the restore,
-    before vLLM started); `stats` None: no read finished."""
-    read, seconds = (stats.bytes, round(stats.seconds, 3)) if stats is not None else (0, 0.0)
+def s3_read(model: ResolvedModel, stats: ReadStats | None, *, streamed: bool = False) -> dict[str, Any]:
+    """The `weights.read` block of an s3:// model: what was read from the store. The staged read runs
+    beside the restore, before vLLM starts (`stats` None: no read finished); vLLM's streamer reads while
+    vLLM loads, so its seconds are vLLM's weights phase (`with_streamer_seconds`, once the log is read)."""
+    if streamed:
+        read, seconds = model.bytes, None
+    else:
+        read, seconds = (stats.bytes, round(stats.seconds, 3)) if stats is not None else (0, 0.0)
     return {
         "source": "s3",
+        "reader": "streamer" if streamed else "staged",
         "url": model.name,
         "revision": model.revision,
         "bytes": read,
         "seconds": seconds,
         "mb_s": round(read / 1e6 / seconds, 1) if seconds and read else None,
     }
+
+
+def with_streamer_seconds(read: Mapping[str, Any], weights_s: float | None) -> dict[str, Any]:
+    """A streamer's read block with vLLM's weights phase as its seconds (None where the log had none)."""
+    if read.get("reader") != "streamer" or not weights_s:
+        return dict(read)
+    return {**read, "seconds": round(weights_s, 3), "mb_s": round(read["bytes"] / 1e6 / weights_s, 1) or None}
 
 
 def describe(block: Mapping[str, Any]) -> str:
@@ -100,7 +112,10 @@ def describe(block: Mapping[str, Any]) -> str:
             text += f", {pre['overlap_s']:.1f} s of it during vLLM's bootstrap"
         if pre["status"] in ("stopped", "failed") and pre.get("reason"):
             text += f" ({pre['reason']})"
-    if (read := block.get("read")) is not None:
+    if (read := block.get("read")) is not None and read.get("reader") == "streamer":
+        text += f"; streamed by vLLM from {read['url']}: {read['bytes'] / 1e6:.1f} MB"
+        text += f" ({read['mb_s']:.0f} MB/s)" if read.get("mb_s") else ""
+    elif read is not None:
         text += f"; read from {read['url']} before vLLM started: {read['bytes'] / 1e6:.1f} MB"
         text += f" in {read['seconds']:.1f} s"
         text += f" ({read['mb_s']:.0f} MB/s)" if read.get("mb_s") else " (already on local disk)"
