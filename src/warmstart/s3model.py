@@ -200,11 +200,13 @@ def read_model(
     workers: int = READ_WORKERS,
     part_bytes: int = PART_BYTES,
 ) -> ReadStats:
-    """Read every listed object into `dest` with ranged GETs, `workers` at a time per file, whole or not at all.
+    """Read every listed object into `dest` with ranged GETs, `workers` at a time, whole or not at all.
 
-    Each GET carries `If-Match` with the listed ETag. With a manifest, each file's SHA-256 is
-    checked as its bytes go by (ranges are written in order). The files land in a private
-    `.partial` folder renamed to `dest` at the end; on any failure it is removed.
+    The ranges of every file form one queue, so the GETs of the next file are under way while this
+    one's last bytes are written and hashed (hashing a 270 MB shard took about 0.6 s here: per file,
+    that was time the link stood idle). Each GET carries `If-Match` with the listed ETag. With a
+    manifest, each file's SHA-256 is checked as its bytes go by (ranges come back in order). The
+    files land in a private `.partial` folder renamed to `dest` at the end; on any failure it is removed.
     """
     from .store.bundle import StoreError, StoreUnavailable
     from .store.s3client import in_order
@@ -217,14 +219,21 @@ def read_model(
     partial = dest.parent / f".{dest.name}.partial-{os.getpid()}"
     start = time.monotonic()
     files = manifest["files"] if manifest is not None else {}
+    readers = {obj.name: _range_reader(client, listing.url, obj) for obj in listing.objects}
+    spans = {
+        obj.name: [(a, min(a + part_bytes, obj.size) - 1) for a in range(0, obj.size, part_bytes)]
+        for obj in listing.objects
+    }
+    queue = [(obj.name, span) for obj in listing.objects for span in spans[obj.name]]
+    parts = in_order(lambda item: readers[item[0]](item[1]), queue, workers) if queue else iter(())
     try:
         for obj in listing.objects:
             target = partial / obj.name
             target.parent.mkdir(parents=True, exist_ok=True)
             digest = hashlib.sha256()
-            spans = [(a, min(a + part_bytes, obj.size) - 1) for a in range(0, obj.size, part_bytes)]
             with open(target, "wb") as out:
-                for data in in_order(_range_reader(client, listing.url, obj), spans, workers) if spans else ():
+                for _ in spans[obj.name]:
+                    data = next(parts)
                     out.write(data)
                     digest.update(data)
             want = (files.get(obj.name) or {}).get("sha256")
@@ -241,6 +250,9 @@ def read_model(
     except (StoreUnavailable, StoreError) as exc:
         raise ModelError(f"MODEL_NAME={listing.url.url}: reading the weights failed: {exc}") from exc
     finally:
+        close = getattr(parts, "close", None)
+        if close is not None:
+            close()  # cancels the GETs still queued and waits for those under way
         shutil.rmtree(partial, ignore_errors=True)
     return ReadStats(len(listing.objects), listing.bytes, time.monotonic() - start, False)
 

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from .bundle import StoreError, StoreUnavailable
 
@@ -159,7 +159,10 @@ def _call(client: Any, bucket: str, operation: str, *, url: str, **kwargs: Any) 
         raise StoreUnavailable(f"S3 request failed: {type(exc).__name__}") from exc
 
 
-def in_order(fetch: Callable[[tuple[int, int]], bytes], ranges: list[tuple[int, int]], workers: int) -> Iterator[bytes]:
+_Range = TypeVar("_Range")
+
+
+def in_order(fetch: Callable[[_Range], bytes], ranges: list[_Range], workers: int) -> Iterator[bytes]:
     """`fetch` each range, `workers` at a time, yielding the results in the ranges' order."""
     pending = iter(ranges)
     with ThreadPoolExecutor(max_workers=min(workers, len(ranges)), thread_name_prefix="s3-get") as pool:
@@ -175,7 +178,7 @@ def in_order(fetch: Callable[[tuple[int, int]], bytes], ranges: list[tuple[int, 
                 future.cancel()
 
 
-def _take(it: Iterator[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+def _take(it: Iterator[_Range], n: int) -> list[_Range]:
     out = []
     for _ in range(n):
         try:
