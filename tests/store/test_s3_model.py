@@ -220,6 +220,33 @@ def test_refused_credentials_and_an_unreachable_store_are_one_clear_line(tmp_pat
     assert not (tmp_path / "models").exists()
 
 
+def test_with_the_streamer_chosen_a_bad_prefix_or_refused_credentials_still_fail_before_vllm_starts(
+    client, bucket, tmp_path, fake_vllm_python
+):
+    """LOAD_FORMAT=runai_streamer hands vLLM the read, not the checks: the plan's listing refuses a prefix
+    with no weights and credentials the store refuses, exit 2, before any vLLM process exists."""
+    from warmstart.plan import plan_boot
+
+    not_a_model = put(client, bucket, {"config.json": b"{}", "model.bin": b"x"})
+    with moto_server(auth=True) as url:
+        for name, endpoint, why in (
+            (not_a_model, client.meta.endpoint_url, "no \\*.safetensors"),
+            ("s3://b/m", url, "check the credentials"),
+        ):
+            env = base_env(
+                tmp_path / "no-volume",
+                fake_vllm_python,
+                tmp_path,
+                MODEL_NAME=name,
+                LOAD_FORMAT="runai_streamer",
+                WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
+                **s3_env(endpoint),
+            )
+            with pytest.raises(ModelError, match=why) as caught:
+                plan_boot(from_env(env))
+            assert caught.value.exit_code == EXIT_CONFIG and SECRET_KEY not in str(caught.value)
+
+
 def test_a_throttling_store_is_retried_and_one_that_always_throttles_fails_in_bounded_time(
     client, bucket, endpoint, tmp_path
 ):
