@@ -65,6 +65,20 @@ def put(client, bucket: str, files: dict[str, bytes], prefix: str = "tiny", mani
     return f"s3://{bucket}/{prefix}"
 
 
+def no_volume_env(tmp_path: Path, python: str, name: str, endpoint: str, **extra: str) -> dict[str, str]:
+    """A worker with no volume whose MODEL_NAME is `name` in the store at `endpoint`."""
+    local = str(tmp_path / "local")
+    return base_env(
+        tmp_path / "no-volume",
+        python,
+        tmp_path,
+        MODEL_NAME=name,
+        WARMSTART_LOCAL_CACHE=local,
+        **s3_env(endpoint),
+        **extra,
+    )
+
+
 def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
@@ -233,15 +247,7 @@ def test_with_the_streamer_chosen_a_bad_prefix_or_refused_credentials_still_fail
             (not_a_model, client.meta.endpoint_url, "no \\*.safetensors"),
             ("s3://b/m", url, "check the credentials"),
         ):
-            env = base_env(
-                tmp_path / "no-volume",
-                fake_vllm_python,
-                tmp_path,
-                MODEL_NAME=name,
-                LOAD_FORMAT="runai_streamer",
-                WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
-                **s3_env(endpoint),
-            )
+            env = no_volume_env(tmp_path, fake_vllm_python, name, endpoint, LOAD_FORMAT="runai_streamer")
             with pytest.raises(ModelError, match=why) as caught:
                 plan_boot(from_env(env))
             assert caught.value.exit_code == EXIT_CONFIG and SECRET_KEY not in str(caught.value)
@@ -322,14 +328,7 @@ def test_an_object_lost_between_plan_and_read_fails_the_boot_before_vllm_starts(
     from warmstart.redact import Redactor
 
     name = put(client, bucket, FILES)
-    env = base_env(
-        tmp_path / "no-volume",
-        fake_vllm_python,
-        tmp_path,
-        MODEL_NAME=name,
-        WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
-        **s3_env(endpoint),
-    )
+    env = no_volume_env(tmp_path, fake_vllm_python, name, endpoint)
     plan = plan_boot(from_env(env))
     client.delete_object(Bucket=bucket, Key="tiny/model.safetensors")
     with pytest.raises(ModelError, match="vanished while it was read") as caught:
@@ -370,14 +369,7 @@ def test_load_format_runai_streamer_hands_the_url_and_only_then_the_credentials_
     from warmstart.s3model import streamer_dir
 
     name = put(client, bucket, FILES)
-    env = base_env(
-        tmp_path / "no-volume",
-        fake_vllm_python,
-        tmp_path,
-        MODEL_NAME=name,
-        WARMSTART_LOCAL_CACHE=str(tmp_path / "local"),
-        **s3_env(endpoint),
-    )
+    env = no_volume_env(tmp_path, fake_vllm_python, name, endpoint)
     staged = plan_boot(from_env(env), write=False)
     streamed = plan_boot(from_env({**env, "LOAD_FORMAT": "runai_streamer"}), write=False)
     by_extra_args = plan_boot(from_env({**env, "VLLM_EXTRA_ARGS": "--load-format=RUNAI_STREAMER"}), write=False)
