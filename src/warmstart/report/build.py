@@ -91,8 +91,10 @@ def hf_weights_layer(
             "miss", m.files, m.downloaded_bytes, 0, 0, f"downloaded {m.files} files ({m.bytes / 1e6:.1f} MB)"
         )
     if m.source == "s3":  # where the weights live, read as designed on every new worker: not a miss
-        where = f"read from {m.name}" if m.downloaded_bytes else f"{m.name} already on local disk"
-        where = f"streamed by vLLM from {m.name}" if streamed else where
+        if streamed:
+            where = f"streamed by vLLM from {m.name}"
+        else:
+            where = f"read from {m.name}" if m.downloaded_bytes else f"{m.name} already on local disk"
         return CacheLayer("hit", 0, 0, m.files, m.bytes, f"{where}: {m.files} files ({m.bytes / 1e6:.1f} MB)")
     cache = hf_cache_words(m.path, hubs or {})
     where = "local directory" if m.source == "local-dir" else f"snapshot complete in {cache}"
