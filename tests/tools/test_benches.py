@@ -23,7 +23,7 @@ from warmstart.weights import weight_files
 from warmstart.worker.jsoncheck import cheap, json_problem
 from warmstart_dev.bench import boot_goal_met
 from warmstart_dev.hostilebench import latency_figures, nested_body
-from warmstart_dev.lbbench import children, compare, cpu_seconds, lb_goal_met, split_cores
+from warmstart_dev.lbbench import children, compare, cpu_seconds, lb_goal_met, split_cores, thread_cpu_seconds
 from warmstart_dev.rehearsalbench import lags_ms, percentiles
 from warmstart_dev.scriptedengine import make_app
 from warmstart_dev.servebench import serve_goal_met
@@ -226,6 +226,19 @@ def test_cpu_seconds_counts_a_processs_threads_and_children_finds_its_own():
     finally:
         child.communicate("")
     assert child.pid not in children(os.getpid())
+
+
+def test_thread_cpu_seconds_reads_below_a_clock_tick():
+    """The lb bench's idle sample: a thread's few milliseconds of CPU read to the nanosecond, where
+    /proc/PID/stat moves by 10 ms ticks (a tick in a 5 s sample was once 2 ms/s of idle CPU, taken
+    off a short run's whole relay: a negative CPU per request)."""
+    before = thread_cpu_seconds(os.getpid())
+    end = time.thread_time() + 0.003
+    while time.thread_time() < end:  # 3 ms of this thread's CPU
+        pass
+    spent = thread_cpu_seconds(os.getpid()) - before
+    assert 0.003 <= spent < 0.5
+    assert round(spent, 2) != spent  # a tick-counted reading moves by 0.01 s
 
 
 def test_scripted_engine_streams_chat_as_vllms_benchmark_client_reads_it():

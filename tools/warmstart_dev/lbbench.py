@@ -202,6 +202,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
 
+def thread_cpu_seconds(pid: int) -> float:
+    """CPU time of `pid`'s live threads to the nanosecond (/proc/PID/task/TID/schedstat, first field).
+    For a window in which no thread ends, such as the idle sample: /proc/PID/stat counts in clock ticks
+    (10 ms), one tick in a 5 s sample reads as 2 ms/s of idle CPU, which taken off a short run's
+    relayed requests (about 3 ms each) left a negative figure."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
+
+
 def children(pid: int) -> list[int]:
     """The processes whose parent is `pid`."""
     found = []
@@ -349,9 +363,9 @@ def bench_lb(
             move_process(proc.pid, cores[0])
         # What the wrapper spends with no request (its upkeep, watchdog and log threads), per
         # second: taken off the client runs' figure, whose direct rounds and imports it idles through.
-        idle_from = (time.monotonic(), cpu_seconds(proc.pid))
+        idle_from = (time.monotonic(), thread_cpu_seconds(proc.pid))
         time.sleep(IDLE_SAMPLE_S)
-        idle_per_s = (cpu_seconds(proc.pid) - idle_from[1]) / (time.monotonic() - idle_from[0])
+        idle_per_s = (thread_cpu_seconds(proc.pid) - idle_from[1]) / (time.monotonic() - idle_from[0])
         results: dict[str, Any] = {}
         for concurrency in concurrencies:
             plan: list[tuple[str, list[str]]] = []  # (side, the client's arguments), in run order
